@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: set up ./.venv if needed, then run the whole suite (slow end-to-end tests included).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash launch/setup.sh
+export PATH="$(pwd)/.venv/bin:$PATH"   # one ninja on PATH: DeepSpeed's op cache is not rebuilt
+export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu}
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create ./.venv and install tsm_ds with everything it needs (idempotent; ~1-2 min the first time).
+# torch/torchvision are pinned to the wheels on this machine's disk (see setup.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import tsm_ds, deepspeed, av, torch" 2>/dev/null \
+   || [ setup.py -nt .venv/.tsm_ds_installed ]; then
+  .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
+  .venv/bin/pip install -q -e ".[test]"
+  touch .venv/.tsm_ds_installed
+fi
+echo "tsm_ds installed in $(pwd)/.venv"

@@ -1,0 +1,34 @@
+"""tsm_ds: DeepSpeed-driven large-batch training of the Temporal Shift Module (TSM)."""
+from setuptools import find_packages, setup
+
+# Pins are what was measured (../shared/ds_cpu_notes.md): DeepSpeed changed defaults within 0.19.x
+# (gradient_clipping 1.0 since 0.19.3, 1-bit optimizers removed in 0.19.7); torch/torchvision are
+# the wheels on this machine's disk (a newer torch would download several GB).
+INSTALL_REQUIRES = [
+    "torch==2.14.1",
+    "torchvision==0.29.1",
+    "deepspeed==0.19.8",
+    "av>=14",
+    "numpy",
+    "tensorboard",
+    "tqdm",
+    "timm",          # LAMB / LARS client optimizers (FusedLamb is CUDA-only)
+    "matplotlib",    # benchmark plots, confusion matrices
+]
+
+setup(
+    name="tsm_ds",
+    version="0.1.0",
+    description="Temporal Shift Module training with DeepSpeed: models, PyAV loader, engine, benchmarks",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tsm_ds", "tsm_ds.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require={
+        "test": ["pytest>=8"],
+        "bench": [],                      # matplotlib is already a core dependency
+        "export": ["onnx", "onnxscript", "onnxruntime"],
+    },
+    entry_points={"console_scripts": ["tsm-ds=tsm_ds.cli:main"]},
+)

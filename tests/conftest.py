@@ -1,0 +1,29 @@
+"""Shared test fixtures.
+
+- ``shared_data``: the path of ../shared/data (real clips), skipping with a reason when absent.
+- DeepSpeed runs on its CPU accelerator here (DS_ACCELERATOR=cpu unless a GPU is present).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("TSM_DS_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: end-to-end tests (launcher, several processes); CI runs them")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, or skip: a user's clone has no shared test material."""
+    if not (SHARED_DATA / "manifest.csv").is_file():
+        pytest.skip(f"real clips not found at {SHARED_DATA} (set TSM_DS_SHARED_DATA); "
+                    "they ship with the project's CI, not with the repository")
+    return SHARED_DATA
