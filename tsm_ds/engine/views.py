@@ -1,0 +1,188 @@
+"""Multi-view testing: which views a test protocol takes, and how their scores are averaged.
+
+A *view* is one clip (T frames sampled from the video) seen through one spatial crop. The official
+TSM test protocols (``test_models.py`` in mit-han-lab/temporal-shift-module, and the paper's
+Section 4 tables) take ``num_clips x num_crops`` views of every video:
+
+- clips: 1 (TSN uniform: the centre frame of each of T equal segments), 2 (``--twice_sample``: the
+  segment centres plus the segment starts), 10 (``--dense_sample``: 10 dense clips spread evenly
+  over the video, as I3D / Non-local test);
+- crops: 1 (resize the short side to the scale size, centre crop), 3 (``--full_res``: three
+  crops along the long side at full scale resolution, no flip), 10 (four corners + centre, and
+  their horizontal flips).
+
+The data side (:class:`tsm_ds.data.dataset.VideoClipDataset` in ``mode="test"``) builds the views
+of one video as a float32 tensor (V, T, 3, H, W), V = num_clips * num_crops. This module folds the
+views into the batch axis, runs the model, and averages the V scores of each video back into one.
+
+Averaging default: **logits**. The official ``test_models.py`` averages the network's raw outputs
+over views (``rst.reshape(batch_size, num_crop, -1).mean(1)``; its ``--softmax`` flag applies the
+softmax only *after* averaging), so the paper's multi-view numbers are logit averages and our
+default reproduces them. ``average="prob"`` (softmax per view, then mean; mmaction2's
+``average_clips='prob'``) is offered because it keeps one over-confident view from dominating.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+AVERAGE_MODES = ("logits", "prob")
+#: num_clips -> the official sampling that produces them.
+CLIP_SAMPLING = {1: "tsn", 2: "tsn", 10: "dense"}
+#: num_crops -> the official crop scheme's name.
+CROP_SCHEMES = {1: "centre crop", 3: "full-res 3 crops", 10: "10 crops (corners + centre, flipped)"}
+
+
+@dataclass(frozen=True)
+class TestProtocol:
+    """One multi-view test protocol: ``num_clips`` clips x ``num_crops`` crops per video.
+
+    Attributes:
+        num_clips: clips per video: 1 (uniform), 2 (twice sample), 10 (dense).
+        num_crops: crops per clip: 1 (centre), 3 (full resolution), 10 (corners + centre + flips).
+        sampling: ``"tsn"`` (segment-based: 1 or 2 clips) or ``"dense"`` (10 clips).
+
+    Source: ``test_models.py`` flags ``--twice_sample``, ``--dense_sample``, ``--test_crops``,
+    ``--full_res`` (mit-han-lab/temporal-shift-module).
+    """
+
+    num_clips: int = 1
+    num_crops: int = 1
+    sampling: str = "tsn"
+
+    @property
+    def num_views(self) -> int:
+        """V = num_clips * num_crops, the views per video."""
+        return self.num_clips * self.num_crops
+
+    def dataset_kwargs(self) -> dict:
+        """Keyword arguments for ``VideoClipDataset(records, mode="test", **kwargs)``."""
+        return {"mode": "test", "sampling": self.sampling, "num_clips": self.num_clips,
+                "num_crops": self.num_crops}
+
+    def describe(self) -> str:
+        """Human-readable name, e.g. ``"10 clips (dense) x 3 crops (full-res 3 crops) = 30 views"``."""
+        clips = {1: "1 clip", 2: "2 clips (twice sample)"}.get(self.num_clips, f"{self.num_clips} clips")
+        if self.sampling == "dense":
+            clips += " (dense)"
+        return f"{clips} x {self.num_crops} crops ({CROP_SCHEMES.get(self.num_crops, '?')}) = {self.num_views} views"
+
+
+def test_protocol(num_clips: int = 1, num_crops: int = 1, sampling: str | None = None) -> TestProtocol:
+    """Validate and complete a protocol: ``sampling`` defaults to the official one for num_clips.
+
+    Args:
+        num_clips: 1, 2 or 10 (see :data:`CLIP_SAMPLING`).
+        num_crops: 1, 3 or 10 (see :data:`CROP_SCHEMES`).
+        sampling: ``"tsn"`` or ``"dense"``; None picks ``"dense"`` for 10 clips, else ``"tsn"``.
+
+    Returns:
+        The :class:`TestProtocol`.
+
+    Raises:
+        ValueError: a clip or crop count outside those choices, or an unknown sampling.
+    """
+    if num_clips not in CLIP_SAMPLING:
+        raise ValueError(f"num_clips={num_clips}: the test protocols take 1 (uniform), 2 (twice sample) "
+                         f"or 10 (dense) clips per video")
+    if num_crops not in CROP_SCHEMES:
+        raise ValueError(f"num_crops={num_crops}: the test protocols take 1 (centre), 3 (full-res) "
+                         f"or 10 crops per clip")
+    sampling = sampling or CLIP_SAMPLING[num_clips]
+    if sampling not in ("tsn", "dense"):
+        raise ValueError(f"sampling={sampling!r}: expected 'tsn' or 'dense'")
+    return TestProtocol(num_clips=num_clips, num_crops=num_crops, sampling=sampling)
+
+
+def average_views(scores: torch.Tensor, num_views: int, average: str = "logits") -> torch.Tensor:
+    """Average the V view scores of each video into one score vector.
+
+    Args:
+        scores: float (N*V, K) logits, the V views of video n in rows ``n*V .. n*V+V-1``
+            (video-major, as :func:`fold_views` lays them out); or (N, V, K).
+        num_views: V (>= 1).
+        average: ``"logits"`` (mean of logits; the official test code) or ``"prob"`` (softmax of
+            each view over the K classes, then the mean: probabilities that sum to 1).
+
+    Returns:
+        float (N, K), same dtype as ``scores``: mean logits, or mean probabilities.
+
+    Raises:
+        ValueError: unknown ``average``, ``num_views < 1``, or a row count not divisible by V.
+    """
+    if average not in AVERAGE_MODES:
+        raise ValueError(f"average={average!r}: expected one of {AVERAGE_MODES}")
+    if num_views < 1:
+        raise ValueError(f"num_views={num_views}: must be >= 1")
+    if scores.dim() == 2:
+        if scores.shape[0] % num_views:
+            raise ValueError(f"{scores.shape[0]} score rows are not a whole number of videos of "
+                             f"{num_views} views each")
+        scores = scores.reshape(scores.shape[0] // num_views, num_views, scores.shape[1])
+    elif scores.dim() != 3 or scores.shape[1] != num_views:
+        raise ValueError(f"scores of shape {tuple(scores.shape)}: expected (N*V, K) or (N, V={num_views}, K)")
+    if average == "prob":
+        scores = F.softmax(scores, dim=-1)
+    return scores.mean(dim=1)
+
+
+def fold_views(clip: torch.Tensor, num_views: int) -> torch.Tensor:
+    """Fold the views of a batch into the batch axis.
+
+    Args:
+        clip: float (N, V, T, 3, H, W) (test mode with views), or (N, T, 3, H, W) when V == 1.
+        num_views: V.
+
+    Returns:
+        (N*V, T, 3, H, W), views of video n in rows n*V .. n*V+V-1 (a view of ``clip``, no copy).
+
+    Raises:
+        ValueError: the view axis does not hold ``num_views`` views, or the rank is wrong.
+    """
+    if clip.dim() == 5 and num_views == 1:
+        return clip
+    if clip.dim() != 6 or clip.shape[1] != num_views:
+        raise ValueError(f"clip of shape {tuple(clip.shape)}: expected (N, V={num_views}, T, 3, H, W)"
+                         + (" or (N, T, 3, H, W)" if num_views == 1 else "")
+                         + "; check that the dataset's num_clips * num_crops equals the protocol's views")
+    return clip.reshape(clip.shape[0] * num_views, *clip.shape[2:])
+
+
+class MultiViewForward:
+    """``forward(model, clip) -> scores`` for :func:`tsm_ds.engine.evaluate.gather_predictions`.
+
+    Folds the V views into the batch, runs the model in chunks of at most ``max_clips`` clips
+    (memory: 10 x 3 views of 8 frames at 224 px is 240 frames per video), averages per video.
+
+    Args:
+        num_views: V = num_clips * num_crops.
+        average: ``"logits"`` (default, as the official test code) or ``"prob"``.
+        max_clips: clips per model call (None: all N*V at once).
+
+    Call:
+        model: module mapping float (B, T, 3, H, W) to logits (B, K); put in eval mode by the caller.
+        clip: float (N, V, T, 3, H, W) or (N, T, 3, H, W) when V == 1; moved to the model's device.
+        Returns float32 (N, K): averaged logits or probabilities (see :func:`average_views`).
+
+    Raises:
+        ValueError: from :func:`fold_views` / :func:`average_views` on shape mismatches.
+    """
+
+    def __init__(self, num_views: int, average: str = "logits", max_clips: int | None = None):
+        if average not in AVERAGE_MODES:
+            raise ValueError(f"average={average!r}: expected one of {AVERAGE_MODES}")
+        if max_clips is not None and max_clips < 1:
+            raise ValueError(f"max_clips={max_clips}: must be >= 1 or None")
+        self.num_views, self.average, self.max_clips = num_views, average, max_clips
+
+    @torch.no_grad()
+    def __call__(self, model: torch.nn.Module, clip: torch.Tensor) -> torch.Tensor:
+        flat = fold_views(clip, self.num_views)
+        param = next(model.parameters(), None)
+        if param is not None:
+            flat = flat.to(device=param.device, dtype=param.dtype if param.is_floating_point() else flat.dtype)
+        step = self.max_clips or flat.shape[0]
+        logits = torch.cat([model(flat[i:i + step]) for i in range(0, flat.shape[0], step)])
+        return average_views(logits.float(), self.num_views, self.average)
