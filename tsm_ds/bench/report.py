@@ -1,7 +1,9 @@
 """One output format for every benchmark: a JSON file and a markdown table (plots: see plots).
 
 Each bench builds ``rows`` (a list of flat dicts, one per measured configuration) plus free-form
-``meta`` (machine, sizes, repetitions) and calls :func:`write_report`.
+``meta`` (machine, sizes, repetitions) and calls :func:`write_report`. Files are written
+atomically (temporary file + ``os.replace``) so that an interrupted bench never leaves half a
+JSON for ``tsm-ds bench all`` or the plots to trip on. :func:`read_report` is the reading side.
 """
 from __future__ import annotations
 
@@ -56,9 +58,46 @@ def write_report(name: str, rows: Sequence[dict[str, Any]], out_dir: str | os.Pa
     out.mkdir(parents=True, exist_ok=True)
     payload = {"name": name, "meta": meta or {}, "machine": machine_info(), "rows": list(rows)}
     json_path, md_path = out / f"{name}.json", out / f"{name}.md"
-    json_path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    atomic_write_text(json_path, json.dumps(payload, indent=2, default=str) + "\n")
     md = f"## {title or name}\n\n" + markdown_table(rows, columns)
     if meta:
         md += "\n" + "\n".join(f"- {k}: {v}" for k, v in meta.items()) + "\n"
-    md_path.write_text(md)
+    atomic_write_text(md_path, md)
     return json_path, md_path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    Returns the path. Raises OSError when the folder is not writable.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def append_markdown(md_path: str | os.PathLike, text: str, *, replace: bool = False) -> Path:
+    """Append ``text`` to a report's markdown file (or replace its content), atomically."""
+    md_path = Path(md_path)
+    old = "" if replace or not md_path.exists() else md_path.read_text()
+    sep = "\n" if old and not old.endswith("\n\n") else ""
+    return atomic_write_text(md_path, old + sep + text)
+
+
+def read_report(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The payload of a JSON file written by :func:`write_report`, or None when the file is
+    missing, unreadable, not JSON or lacks a ``rows`` list (plots and summaries skip it).
+    """
+    try:
+        payload = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("rows"), list):
+        return None
+    return payload

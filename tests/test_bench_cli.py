@@ -1,0 +1,104 @@
+"""tsm-ds bench dispatch (cli), the combined 'all' run (scale only here: fast), plots and the
+report helpers."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tsm_ds.bench import cli, plots, report
+from tsm_ds.bench import scaling as S
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_dispatch_scale_writes_a_prediction(tmp_path, capsys):
+    assert cli.main(["scale", "--out-dir", str(tmp_path), "--no-plot"]) == 0
+    payload = json.loads((tmp_path / "scale.json").read_text())
+    pred, cal = payload["meta"]["prediction"], payload["meta"]["calibration"]
+    assert cal["model_time_s"] == pytest.approx(49 * 3600 + 55 * 60, rel=1e-12)
+    assert pred["gpus"] == 1536 and pred["paper_time_s"] == 853
+    assert pred["error_pct"] == pytest.approx(100 * (pred["train_time_s"] - 853) / 853)
+    assert f"error {pred['error_pct']:+.1f} %" in capsys.readouterr().out
+    md = (tmp_path / "scale.md").read_text()
+    assert "### What-ifs" in md and "I3D-R50 32f" in md
+    # a flag reaches the model: a slower network predicts a longer run
+    assert cli.main(["scale", "--out-dir", str(tmp_path / "slow"), "--no-plot",
+                     "--inter-bandwidth", "1"]) == 0
+    slow = json.loads((tmp_path / "slow" / "scale.json").read_text())["meta"]["prediction"]
+    assert slow["train_time_s"] > pred["train_time_s"]
+
+
+def test_dispatch_errors(capsys):
+    assert cli.main(["nope"]) == 2
+    assert "unknown bench 'nope'" in capsys.readouterr().err
+    assert cli.main([]) == 0 and "tsm-ds bench <bench>" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["scale", "--overlap", "2"])
+
+
+def test_bench_argv_asks_the_bench_parser():
+    assert cli.bench_argv("scale", "R", quick=True) == ["--out-dir", "R", "--quick"]
+    assert cli.bench_argv("scale", "R", quick=False, extra=["--gpus", "12"]) == [
+        "--out-dir", "R", "--gpus", "12"]
+
+
+def test_all_runs_scale_and_writes_summary_and_plots(tmp_path):
+    """'all' restricted to the scaling model (seconds): subprocess, summary, scaling.png."""
+    rc = cli.main(["all", "--only", "scale", "--quick", "--out-dir", str(tmp_path)])
+    assert rc == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["bench"] for r in summary["rows"]] == ["scale"]
+    assert summary["rows"][0]["status"] == "ok"
+    md = (tmp_path / "summary.md").read_text()
+    assert "error" in md and "## Key numbers" in md and "![scale](scaling.png)" in md
+    assert "models: no models.json" in md
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == PNG_MAGIC
+    assert "=== bench scale: ok" in (tmp_path / "bench_all.log").read_text()
+
+
+def test_plots_survive_missing_and_broken_json(tmp_path):
+    res = plots.make_plots(tmp_path)
+    assert res == {"models": "no models.json", "data": "no data.json", "comm": "no comm.json",
+                   "scale": "no scale.json"}
+    (tmp_path / "models.json").write_text("{broken")
+    (tmp_path / "comm.json").write_text(json.dumps({"rows": [{"method": "fp32", "note": "x"}]}))
+    res = plots.make_plots(tmp_path)
+    assert res["models"] == "models.json: no plottable rows"
+    assert res["comm"] == "comm.json: no plottable rows"
+    assert plots.plot_scaling(tmp_path / "missing.json", tmp_path / "x.png") is None
+
+
+def test_plots_from_bench_rows(tmp_path):
+    report.write_report("models", [
+        {"model": "tsm_resnet50", "frames": 8, "train_clips_per_s": 1.2, "infer_clips_per_s": 4.0,
+         "train_clips_per_s_iqr": 0.1},
+        {"model": "i3d_resnet50", "frames": 32, "train_clips_per_s": 0.3, "infer_clips_per_s": 1.0}],
+        tmp_path)
+    report.write_report("comm", [{"method": "fp32", "bytes_per_step": 9.7e7},
+                                 {"method": "onebit", "bytes_per_step": 3.1e6}], tmp_path)
+    res = plots.make_plots(tmp_path)
+    for name in ("models", "comm"):
+        assert isinstance(res[name], Path) and res[name].read_bytes()[:8] == PNG_MAGIC
+    assert plots.numeric_columns(json.loads((tmp_path / "models.json").read_text())["rows"],
+                                 contains=("clips_per_s",), exclude=("iqr",)) == [
+        "train_clips_per_s", "infer_clips_per_s"]
+    assert plots.row_label({"model": "i3d_resnet50", "frames": 32}) == "i3d_resnet50 32f"
+    assert res["data"] == "no data.json"
+
+
+def test_report_atomic_and_read(tmp_path):
+    j, m = report.write_report("x", [{"a": 1.23456, "b": None}], tmp_path, meta={"k": "v"})
+    assert report.read_report(j)["rows"] == [{"a": 1.23456, "b": None}]
+    assert "| 1.235 |  |" in m.read_text()
+    report.append_markdown(m, "extra\n")
+    assert m.read_text().endswith("extra\n") and "| a | b |" in m.read_text()
+    report.append_markdown(m, "only\n", replace=True)
+    assert m.read_text() == "only\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.md"]   # no temp files left
+    (tmp_path / "bad.json").write_text('{"rows": 3}')
+    assert report.read_report(tmp_path / "bad.json") is None
+    assert report.read_report(tmp_path / "absent.json") is None

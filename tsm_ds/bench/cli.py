@@ -1,0 +1,251 @@
+"""``tsm-ds bench {models,data,comm,scale,all}``: the benchmark entry point.
+
+A single bench runs in this process: ``tsm-ds bench scale --out-dir R`` calls
+``tsm_ds.bench.scaling.main(["--out-dir", "R"])``. ``all`` runs every bench one after the other,
+each in its own Python process (a bench that crashes, hangs or runs out of memory cannot take the
+others with it; each has a time limit), passes ``--quick`` when no GPU is present (reduced sizes:
+the set fits in about 10 minutes on a 2-core CPU) and full sizes on a GPU, then writes
+``summary.json`` / ``summary.md`` (every bench's status, time and table) and the PNG plots of
+:mod:`tsm_ds.bench.plots` into the same folder.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+#: bench name -> (module, one-line help)
+BENCHES: dict[str, tuple[str, str]] = {
+    "models": ("tsm_ds.bench.models", "throughput, FLOPs, parameters, gradient bytes: TSM vs TSN vs I3D vs torchvision"),
+    "data": ("tsm_ds.bench.data", "clip loader throughput: decode strategies, workers, frames per clip"),
+    "comm": ("tsm_ds.bench.comm", "gradient communication: bytes and time per step, fp32 / bf16 / 1-bit"),
+    "scale": ("tsm_ds.bench.scaling", "analytic scaling model: 6 -> 1,536 GPUs, TSM vs I3D, what-ifs"),
+}
+#: order and per-bench time limits (s) of ``all``: (quick, full)
+ALL_ORDER: tuple[str, ...] = ("scale", "comm", "data", "models")
+TIME_LIMITS: dict[str, tuple[float, float]] = {
+    "models": (330.0, 3600.0), "data": (240.0, 3600.0), "comm": (180.0, 1800.0), "scale": (60.0, 60.0)}
+DEFAULT_OUT = "bench_results"
+
+
+def _usage() -> str:
+    width = max(len(n) for n in BENCHES)
+    lines = ["usage: tsm-ds bench <bench> [options]", "", "benches:"]
+    lines += [f"  {n.ljust(width)}  {h}" for n, (_, h) in BENCHES.items()]
+    lines += [f"  {'all'.ljust(width)}  every bench above (--quick on CPU, full size on a GPU), "
+              "then summary.md and the PNG plots",
+              "", "Run 'tsm-ds bench <bench> --help' for a bench's options."]
+    return "\n".join(lines)
+
+
+def _accepts(module_name: str, flag: str) -> bool:
+    """Whether bench ``module_name`` takes ``flag``: asked of its ``build_parser()`` when it has
+    one, otherwise looked up in its source (benches have different owners)."""
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:  # noqa: BLE001 - the subprocess will show the real error
+        return False
+    build = getattr(module, "build_parser", None)
+    if callable(build):
+        try:
+            parser = build()
+            return any(flag in a.option_strings for a in parser._actions)
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        return flag in inspect.getsource(module)
+    except (OSError, TypeError):
+        return False
+
+
+def bench_argv(name: str, out_dir: str, *, quick: bool, extra: Sequence[str] = ()) -> list[str]:
+    """The argument list ``all`` gives bench ``name``: ``--out-dir DIR`` and ``--quick`` when the
+    bench takes them, then ``extra``."""
+    module = BENCHES[name][0]
+    argv = []
+    if _accepts(module, "--out-dir"):
+        argv += ["--out-dir", out_dir]
+    if quick and _accepts(module, "--quick"):
+        argv.append("--quick")
+    return argv + list(extra)
+
+
+def run_one(name: str, argv: Sequence[str]) -> int:
+    """Run bench ``name`` in this process with ``argv``; return its exit status.
+
+    Returns 2 (with a message naming the module) when the bench module is not there.
+    """
+    module_name = BENCHES[name][0]
+    if importlib.util.find_spec(module_name) is None:
+        print(f"tsm-ds bench {name}: module {module_name} is not installed in this checkout",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(module_name)
+    return int(module.main(list(argv)) or 0)
+
+
+def _run_subprocess(name: str, argv: Sequence[str], timeout: float, log) -> dict[str, Any]:
+    """Run ``python -m tsm_ds.cli bench name argv`` with a time limit, echoing its output to
+    stdout and ``log``. Returns {"bench", "argv", "rc", "seconds", "status"}."""
+    cmd = [sys.executable, "-m", "tsm_ds.cli", "bench", name, *argv]
+    header = f"\n=== tsm-ds bench {name} {' '.join(argv)} (limit {timeout:.0f} s) ===\n"
+    sys.stdout.write(header)
+    log.write(header)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1, start_new_session=True)
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+        status = "ok" if rc == 0 else f"failed (exit {rc})"
+    except subprocess.TimeoutExpired:
+        # the bench and the DataLoader workers / ranks it started: its own process group
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        rc, status = -1, f"timed out after {timeout:.0f} s"
+    reader.join(timeout=5)
+    seconds = time.perf_counter() - t0
+    line = f"=== bench {name}: {status} in {seconds:.1f} s ===\n"
+    sys.stdout.write(line)
+    log.write(line)
+    log.flush()
+    return {"bench": name, "argv": " ".join(argv), "rc": rc, "seconds": round(seconds, 1), "status": status}
+
+
+def _headline(out: Path) -> list[str]:
+    """Key numbers of the summary, from the JSONs that exist (scale.json explicitly)."""
+    from tsm_ds.bench.report import read_report
+
+    lines: list[str] = []
+    scale = read_report(out / "scale.json")
+    if scale:
+        p, d = scale["meta"].get("prediction", {}), scale["meta"].get("tsm_vs_i3d", {})
+        if "error_pct" in p:
+            lines.append(f"- scaling model: {p.get('gpus')} GPUs predicted {p.get('train_time')} vs paper "
+                         f"{p.get('paper_time')}: error {p['error_pct']:+.1f} % (calibrated only on one node)")
+        if d:
+            lines.append(f"- TSM vs I3D at {d.get('gpus')} GPUs (model): I3D takes {d['i3d_over_tsm_time']:.2f}x "
+                         f"as long; scaling efficiency {100 * d['tsm_efficiency']:.1f} % vs "
+                         f"{100 * d['i3d_efficiency']:.1f} %")
+    return lines
+
+
+def write_summary(out: Path, results: Sequence[dict[str, Any]], plots: dict[str, Any], *,
+                  quick: bool, started: float) -> Path:
+    """``summary.json`` (one row per bench: status, seconds) and ``summary.md``: headline numbers,
+    each bench's markdown report, the plots. Returns the markdown path."""
+    from tsm_ds.bench.report import append_markdown, markdown_table, write_report
+
+    meta = {"mode": "quick (CPU, reduced sizes)" if quick else "full size",
+            "total_seconds": round(time.perf_counter() - started, 1),
+            "plots": {k: str(v) for k, v in plots.items()},
+            "note": "benchmark numbers are noisy when the machine is shared; each bench reports "
+                    "medians of interleaved repetitions"}
+    _, md_path = write_report("summary", list(results), out, meta=meta, title="tsm-ds bench all")
+    parts = ["# tsm-ds bench all", "",
+             f"Mode: {meta['mode']}; total {meta['total_seconds']} s. {meta['note']}.", "",
+             markdown_table(results, ["bench", "status", "seconds", "argv"])]
+    head = _headline(out)
+    if head:
+        parts += ["## Key numbers", "", *head, ""]
+    for r in results:
+        md = out / f"{r['bench']}.md"
+        if md.exists() and r["bench"] != "summary":
+            parts += [f"<!-- {md.name} -->", md.read_text().replace("\n## ", "\n### ").strip(), ""]
+    parts += ["## Plots", ""]
+    for name, v in plots.items():
+        parts.append(f"![{name}]({Path(v).name})" if isinstance(v, Path) else f"- {name}: {v}")
+    return append_markdown(md_path, "\n".join(parts) + "\n", replace=True)
+
+
+def run_all(argv: Sequence[str]) -> int:
+    """``tsm-ds bench all``: every bench in its own process, then summary and plots.
+
+    Returns 0 when every bench succeeded, 1 otherwise (the summary is written either way).
+    """
+    ap = argparse.ArgumentParser(prog="tsm-ds bench all", description=_usage())
+    ap.add_argument("--out-dir", default=DEFAULT_OUT, help="output folder (default %(default)s)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="reduced sizes (default without a GPU)")
+    mode.add_argument("--full", action="store_true", help="full sizes (default with a GPU)")
+    ap.add_argument("--only", default=",".join(ALL_ORDER),
+                    help="comma-separated benches to run (default %(default)s)")
+    ap.add_argument("--time-limit-scale", type=float, default=1.0,
+                    help="multiply every bench's time limit by this")
+    args = ap.parse_args(list(argv))
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        print(f"tsm-ds bench all: unknown bench(es) {unknown}; choose from {sorted(BENCHES)}", file=sys.stderr)
+        return 2
+    if args.quick or args.full:
+        quick = args.quick
+    else:
+        import torch
+
+        quick = not torch.cuda.is_available()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    results = []
+    with open(out / "bench_all.log", "w") as log:
+        for name in names:
+            if importlib.util.find_spec(BENCHES[name][0]) is None:
+                results.append({"bench": name, "argv": "", "rc": None, "seconds": 0.0,
+                                "status": f"skipped: {BENCHES[name][0]} not present"})
+                continue
+            limit = TIME_LIMITS[name][0 if quick else 1] * args.time_limit_scale
+            results.append(_run_subprocess(name, bench_argv(name, str(out), quick=quick), limit, log))
+    from tsm_ds.bench.plots import make_plots
+
+    plots = make_plots(out)
+    md = write_summary(out, results, plots, quick=quick, started=started)
+    print(f"\nwrote {md}")
+    for r in results:
+        print(f"  {r['bench']:7s} {r['status']} ({r['seconds']} s)")
+    for k, v in plots.items():
+        print(f"  plot {k}: {v}")
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch ``tsm-ds bench <bench> ...``; ``all`` runs the set.
+
+    Returns the bench's exit status; 2 for an unknown bench.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name == "all":
+        return run_all(rest)
+    if name not in BENCHES:
+        print(f"tsm-ds bench: unknown bench {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    return run_one(name, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
