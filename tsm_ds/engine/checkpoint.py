@@ -1,0 +1,252 @@
+"""Checkpoints: DeepSpeed engine state + client state + per-rank state, kept safe across failures.
+
+Layout under ``<run dir>/checkpoints``::
+
+    step00000120/                 one tag per saved optimizer step
+        mp_rank_00_model_states.pt    DeepSpeed: module, optimizer, lr schedule, client state
+        ...                           (ZeRO: one optimizer-state file per rank)
+        rank00000.pt ...              ours, one per rank: RNG states, sampler position, compressor
+        complete.json                 written last: the tag is whole
+    latest                        tag of the newest complete checkpoint (DeepSpeed's format)
+
+DeepSpeed writes client state from rank 0 only, so everything that differs per rank (RNG
+states, data position, compressor error-feedback buffers) lives in the ``rank*.pt`` files. A save
+that fails half-way leaves a tag without ``complete.json``; ``latest`` and older tags are only
+touched after every rank has finished, so the previous checkpoint always survives. All files we
+write go through a temporary name and ``os.replace``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+COMPLETE = "complete.json"
+
+
+def _atomic_torch_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def rng_state() -> dict:
+    """This process's RNG states (python, numpy, torch CPU, and CUDA when present)."""
+    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def set_rng_state(st: dict) -> None:
+    """Restore what ``rng_state`` returned."""
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.set_rng_state(st["torch"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+def tag_for_step(step: int) -> str:
+    """Checkpoint tag of optimizer step ``step``: ``step00000120``."""
+    return f"step{int(step):08d}"
+
+
+class CheckpointManager:
+    """Save, find and load the run's checkpoints; keep the last N complete ones plus the best.
+
+    Args:
+        ckpt_dir: ``<run dir>/checkpoints`` (shared by all ranks: on several machines it must be
+            a shared filesystem).
+        keep_last: complete checkpoints kept besides the best (>= 1).
+        rank, world_size: this process's data-parallel rank and the world size.
+    """
+
+    def __init__(self, ckpt_dir: str | Path, *, keep_last: int = 2, rank: int = 0, world_size: int = 1):
+        self.dir = Path(ckpt_dir)
+        self.keep_last = max(1, int(keep_last))
+        self.rank, self.world = rank, world_size
+        if rank == 0:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        _barrier()
+
+    # -- discovery
+    def complete_tags(self) -> list[str]:
+        """Tags with ``complete.json``, oldest first (by step)."""
+        if not self.dir.is_dir():
+            return []
+        tags = [p.name for p in self.dir.iterdir() if p.is_dir() and (p / COMPLETE).is_file()]
+        return sorted(tags, key=lambda t: json.loads((self.dir / t / COMPLETE).read_text())["step"])
+
+    def latest_tag(self) -> str | None:
+        """The tag named by ``latest`` when complete, else the newest complete tag, else None."""
+        f = self.dir / "latest"
+        if f.is_file():
+            t = f.read_text().strip()
+            if (self.dir / t / COMPLETE).is_file():
+                return t
+        tags = self.complete_tags()
+        return tags[-1] if tags else None
+
+    def resolve(self, resume: str) -> str | None:
+        """Tag to resume from: ``"auto"`` -> latest complete (None when there is none yet); a tag
+        name or a path to a tag directory inside this run's checkpoints.
+
+        Raises:
+            FileNotFoundError: an explicit tag that is missing or incomplete.
+        """
+        if resume == "auto":
+            return self.latest_tag()
+        t = Path(resume).name
+        if not (self.dir / t / COMPLETE).is_file():
+            raise FileNotFoundError(f"--resume {resume}: no complete checkpoint {self.dir / t} "
+                                    f"(complete tags: {self.complete_tags()}); use --resume auto")
+        return t
+
+    # -- save / load
+    def save(self, engine, *, step: int, client_state: dict, rank_state: dict, best_tag: str | None) -> str:
+        """Save a checkpoint on every rank (collective: all ranks must call it).
+
+        Args:
+            engine: the DeepSpeed engine.
+            step: optimizer steps done (names the tag).
+            client_state: rank-0 state stored by DeepSpeed (epoch, step, best top-1, class names...).
+            rank_state: this rank's state (RNG, sampler position, compressor), saved per rank.
+            best_tag: the tag to keep besides the last N.
+
+        Returns:
+            The tag written.
+        """
+        tag = tag_for_step(step)
+        tag_dir = self.dir / tag
+        if self.rank == 0 and (tag_dir / COMPLETE).is_file():
+            (tag_dir / COMPLETE).unlink()  # re-saving a step: it is incomplete until done again
+        _barrier()
+        engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
+        tag_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_torch_save(rank_state, tag_dir / f"rank{self.rank:05d}.pt")
+        _barrier()
+        if self.rank == 0:
+            _atomic_text(tag_dir / COMPLETE, json.dumps({"step": int(step), "world_size": self.world}) + "\n")
+            _atomic_text(self.dir / "latest", tag)
+            self._prune(best_tag, current=tag)
+        _barrier()
+        return tag
+
+    def _prune(self, best_tag: str | None, current: str) -> None:
+        tags = self.complete_tags()
+        keep = set(tags[-self.keep_last:]) | {current}
+        if best_tag:
+            keep.add(best_tag)
+        for t in tags:
+            if t not in keep:
+                shutil.rmtree(self.dir / t, ignore_errors=True)
+        # leftovers of failed saves (no complete.json) older than the current tag
+        for p in self.dir.iterdir():
+            if p.is_dir() and not (p / COMPLETE).is_file() and p.name < current:
+                shutil.rmtree(p, ignore_errors=True)
+
+    def load(self, engine, tag: str) -> tuple[dict, dict]:
+        """Load engine state (module, optimizer, lr schedule) and this rank's state.
+
+        Returns:
+            (client_state, rank_state).
+
+        Raises:
+            RuntimeError: the checkpoint was written by another world size (its per-rank data
+            positions would not match; start a new run with --tune-from instead).
+        """
+        meta = json.loads((self.dir / tag / COMPLETE).read_text())
+        if int(meta["world_size"]) != self.world:
+            raise RuntimeError(f"checkpoint {self.dir / tag} was written by {meta['world_size']} ranks, this run "
+                               f"has {self.world}: resume with the same number of ranks, or start a new run "
+                               f"with --tune-from {self.dir / tag}")
+        path, client = engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
+                                              load_lr_scheduler_states=True)
+        if path is None:
+            raise RuntimeError(f"DeepSpeed could not load checkpoint {self.dir / tag}")
+        rank_state = torch.load(self.dir / tag / f"rank{self.rank:05d}.pt", weights_only=False)
+        return dict(client or {}), rank_state
+
+
+def plain_state_dict(module: torch.nn.Module) -> dict:
+    """The module's state dict on CPU with floating tensors in float32 (bf16/fp16 engines)."""
+    return {k: (v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
+            for k, v in module.state_dict().items()}
+
+
+def export_model(path: str | Path, module: torch.nn.Module, *, class_names: list[str], extra: dict | None = None) -> None:
+    """Write the plain model file the eval / predict / export tools read (atomically).
+
+    Format (the team contract): ``{"state_dict": ..., "model_config": module.config (or None),
+    "class_names": [...], **extra}``; rebuild with ``build_model(**model_config)``.
+    """
+    obj = {"state_dict": plain_state_dict(module), "model_config": getattr(module, "config", None),
+           "class_names": list(class_names)}
+    obj.update(extra or {})
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_torch_save(obj, p)
+
+
+def load_finetune_weights(model: torch.nn.Module, path: str | Path) -> dict:
+    """Load weights for fine-tuning (``--tune-from``); the classifier is skipped when shapes differ.
+
+    Accepts our exports (``{"state_dict", "model_config", "class_names"}``), our DeepSpeed tag
+    directories (``.../checkpoints/step00000120``) and official TSM checkpoints (via
+    ``tsm_ds.models.load_official_checkpoint``).
+
+    Returns:
+        ``{"loaded": n, "skipped": [keys with another shape (the head when the class count
+        differs)], "source": str}``.
+
+    Raises:
+        FileNotFoundError: missing file. RuntimeError: a non-head parameter is missing (wrong arch).
+    """
+    p = Path(path)
+    if p.is_dir():
+        f = p / "mp_rank_00_model_states.pt"
+        if not f.is_file():
+            raise FileNotFoundError(f"--tune-from {p}: no mp_rank_00_model_states.pt in it")
+        sd = torch.load(f, map_location="cpu", weights_only=False)["module"]
+        source = "deepspeed checkpoint"
+    elif not p.is_file():
+        raise FileNotFoundError(f"--tune-from {p}: file not found")
+    else:
+        obj = torch.load(p, map_location="cpu", weights_only=False)
+        if isinstance(obj, dict) and "model_config" in obj:
+            sd, source = obj["state_dict"], "tsm_ds export"
+        else:
+            from tsm_ds.models import load_official_checkpoint
+            official = load_official_checkpoint(str(p))
+            sd, source = official.state_dict(), "official TSM checkpoint"
+    own = model.state_dict()
+    take, skipped = {}, []
+    for k, v in sd.items():
+        if k in own and own[k].shape == v.shape:
+            take[k] = v
+        elif k in own:
+            skipped.append(k)
+    missing = [k for k in own if k not in take and k not in skipped]
+    if missing:
+        raise RuntimeError(f"--tune-from {p}: {len(missing)} parameters of this model are not in the checkpoint "
+                           f"(first: {missing[:3]}); is --arch / --shift the same as the checkpoint's?")
+    model.load_state_dict({**own, **take})
+    return {"loaded": len(take), "skipped": skipped, "source": source}

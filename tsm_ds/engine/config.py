@@ -1,0 +1,428 @@
+"""Engine JSON: load a ``ds_configs/*.json`` recipe, fill its ``"auto"`` values, refuse what cannot work.
+
+A recipe is a DeepSpeed config plus one ``"tsm_ds"`` block that DeepSpeed never sees:
+
+- ``tsm_ds.optimizer``: a client optimizer built by us (``timm.Lamb``, ``timm.Lars``, ``torch.SGD``,
+  ``torch.AdamW``), used instead of DeepSpeed's ``"optimizer"`` block (one or the other).
+- ``tsm_ds.lr_schedule``: the client schedule (official step decay or cosine, linear warmup in
+  optimizer steps), used instead of DeepSpeed's ``"scheduler"`` block (one or the other).
+- ``tsm_ds.lr_scaling``: ``{"rule": "linear"|"sqrt"|"none", "base_lr": 0.02, "base_batch": 128}``.
+- ``tsm_ds.compression``: handed to ``tsm_ds.engine.compression.build_compressor``.
+
+Keys whose name starts with ``_`` (``"_comment"``) are documentation and are dropped.
+
+Filling rules (every filled value is returned in ``filled`` and logged by the trainer):
+
+- batch sizes: ``train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
+  world size``; a recipe fixes the micro-batch and the global batch and the accumulation is derived;
+  an uneven division is an error naming the numbers.
+- lr (``"auto"``): ``--lr`` if given, else the optimizer's scaling rule applied to the global batch:
+  linear for SGD / LARS (Goyal et al. 2017, "Accurate, Large Minibatch SGD", Sec. 2.1; the official
+  TSM recipe is 0.02 per 128 clips), square root for LAMB / Adam (You et al. 2020, "Large Batch
+  Optimization for Deep Learning", Sec. 4: "square root LR scaling"). ``base_lr`` is the lr at
+  ``base_batch`` clips.
+- scheduler steps: ``total_num_steps`` = optimizer steps per epoch x epochs (or ``--max-steps``);
+  ``warmup_num_steps`` / ``warmup_steps`` from ``--warmup-steps`` (default 0; DeepSpeed needs >= 1).
+- per-group lrs: DeepSpeed's WarmupLR / WarmupDecayLR / OneCycle / LRRangeTest write one lr into
+  every param group when given a scalar; ``"auto"`` becomes a per-group list (lr x lr_mult) and a
+  non-zero scalar with unequal lr multipliers is an error (it would erase fc x5 / bias x10).
+
+JSON values win: a command-line flag for a key the JSON fixes (not ``"auto"``) is an error.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+AUTO = "auto"
+
+# Official TSM Kinetics defaults (main.py / opts.py of mit-han-lab/temporal-shift-module).
+DEFAULTS = {
+    "micro_batch_size": 8,        # 64 clips on 8 GPUs
+    "base_lr": 0.02,              # per 128 clips
+    "base_batch": 128,
+    "weight_decay": 1e-4,
+    "clip_grad": 20.0,
+    "lr_steps": [20, 40],
+    "gamma": 0.1,
+    "warmup_steps": 0,
+    "momentum": 0.9,
+}
+
+# flag name (train.py dest) -> JSON path it fills; each must be "auto" in the JSON to be given.
+FLAG_KEYS = {
+    "batch_size": "train_batch_size",
+    "micro_batch_size": "train_micro_batch_size_per_gpu",
+    "grad_accum": "gradient_accumulation_steps",
+    "clip_grad": "gradient_clipping",
+    "lr": "<optimizer>.params.lr",
+    "weight_decay": "<optimizer>.params.weight_decay",
+    "warmup_steps": "<scheduler>.warmup steps",
+    "lr_steps": "tsm_ds.lr_schedule.decay_epochs",
+}
+
+REMOVED_OPTIMIZERS = {"onebitadam", "onebitlamb", "zerooneadam"}
+CUDA_ONLY_OPTIMIZERS = {"lamb": "FusedLamb", "lion": "FusedLion"}
+# DeepSpeed's ZERO_SUPPORTED_OPTIMIZERS as built from a JSON "optimizer" block (runtime/zero/utils.py)
+ZERO_TESTED_TYPES = {"adam", "adamw", "adagrad", "lamb", "lion", "cpuadam"}
+CLIENT_OPTIMIZERS = {"timm.lamb", "timm.lars", "torch.sgd", "torch.adamw"}
+SCALING_DEFAULT = {"sgd": "linear", "timm.lars": "linear", "torch.sgd": "linear",
+                   "lamb": "sqrt", "timm.lamb": "sqrt", "adam": "sqrt", "adamw": "sqrt",
+                   "torch.adamw": "sqrt"}
+
+
+class ConfigError(ValueError):
+    """An engine JSON that cannot work; the message names the key and the fix."""
+
+
+def load_config(path: str | Path) -> dict:
+    """Read a recipe JSON.
+
+    Raises:
+        ConfigError: missing file or invalid JSON (message names the file and the line).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: engine JSON not found; pass --deepspeed_config ds_configs/<recipe>.json")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}: not valid JSON ({e}); fix the file") from e
+
+
+def _strip_comments(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip_comments(v) for k, v in obj.items() if not str(k).startswith("_")}
+    if isinstance(obj, list):
+        return [_strip_comments(v) for v in obj]
+    return obj
+
+
+def optimizer_kind(cfg: dict) -> tuple[str, str, dict]:
+    """Which optimizer a recipe asks for.
+
+    Returns:
+        (source, type_lower, block): source ``"deepspeed"`` (JSON ``optimizer``), ``"client"``
+        (``tsm_ds.optimizer``) or ``"none"``; the block is the dict holding ``params``.
+
+    Raises:
+        ConfigError: both blocks given.
+    """
+    ds_opt = cfg.get("optimizer")
+    client = cfg.get("tsm_ds", {}).get("optimizer")
+    if ds_opt and client:
+        raise ConfigError("engine JSON has both `optimizer` and `tsm_ds.optimizer`: keep one "
+                          "(`tsm_ds.optimizer` builds a client optimizer, e.g. timm.Lamb on CPU)")
+    if client:
+        return "client", str(client.get("type", "")).lower(), client
+    if ds_opt:
+        return "deepspeed", str(ds_opt.get("type", "")).lower(), ds_opt
+    return "none", "", {}
+
+
+def scaled_lr(rule: str, base_lr: float, base_batch: int, global_batch: int) -> float:
+    """lr for ``global_batch`` clips from ``base_lr`` at ``base_batch`` clips.
+
+    ``linear``: base_lr x B / base_batch (Goyal et al. 2017, Sec. 2.1; SGD and LARS).
+    ``sqrt``: base_lr x sqrt(B / base_batch) (You et al. 2020, LAMB, Sec. 4). ``none``: base_lr.
+
+    Raises:
+        ConfigError: unknown rule.
+    """
+    if rule == "linear":
+        return base_lr * global_batch / base_batch
+    if rule == "sqrt":
+        return base_lr * math.sqrt(global_batch / base_batch)
+    if rule == "none":
+        return base_lr
+    raise ConfigError(f"tsm_ds.lr_scaling.rule = {rule!r}: use \"linear\", \"sqrt\" or \"none\"")
+
+
+def _check_flag(flags: dict, name: str, key: str, value: Any) -> Any:
+    """The flag's value when the JSON says "auto"; error when the JSON fixes the key."""
+    given = flags.get(name)
+    if given is None:
+        return None
+    if value != AUTO:
+        raise ConfigError(f"--{name.replace('_', '-')} {given} conflicts with the engine JSON, which "
+                          f"fixes `{key}` = {json.dumps(value)}: set `{key}` to \"auto\" in the JSON "
+                          f"or drop the flag (JSON values win)")
+    return given
+
+
+def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: int,
+                   max_steps: int | None = None, lr_mults: list[float] | None = None,
+                   flags: dict | None = None) -> tuple[dict, dict, dict, int]:
+    """Fill every ``"auto"`` of a recipe for this run.
+
+    Args:
+        raw: the recipe as loaded (not modified).
+        world_size: data-parallel ranks.
+        train_samples: clips in the training set.
+        epochs: planned epochs.
+        max_steps: stop after this many optimizer steps (caps ``total_num_steps``).
+        lr_mults: one lr multiplier per param group, in the order the groups reach the optimizer.
+        flags: command-line values by ``FLAG_KEYS`` name (None = not given).
+
+    Returns:
+        (ds_config for ``deepspeed.initialize`` without the ``tsm_ds`` block, the resolved
+        ``tsm_ds`` block, ``filled`` {json key: value} for the log, optimizer steps per epoch).
+
+    Raises:
+        ConfigError: inconsistent or uneven batch sizes, a flag for a fixed key, an epoch shorter
+        than one global batch, a scalar scheduler lr that would erase the per-group multipliers,
+        an unknown lr scaling rule, an ``"auto"`` this function cannot fill.
+    """
+    flags = dict(flags or {})
+    lr_mults = list(lr_mults or [1.0])
+    cfg = _strip_comments(copy.deepcopy(raw))
+    filled: dict[str, Any] = {}
+    W = int(world_size)
+
+    # ---- batch sizes
+    g = cfg.get("train_batch_size", AUTO)
+    m = cfg.get("train_micro_batch_size_per_gpu", AUTO)
+    a = cfg.get("gradient_accumulation_steps", AUTO)
+    g = _check_flag(flags, "batch_size", "train_batch_size", g) or g
+    m = _check_flag(flags, "micro_batch_size", "train_micro_batch_size_per_gpu", m) or m
+    a = _check_flag(flags, "grad_accum", "gradient_accumulation_steps", a) or a
+    for key, v in (("train_batch_size", g), ("train_micro_batch_size_per_gpu", m),
+                   ("gradient_accumulation_steps", a)):
+        if v != AUTO and (not isinstance(v, int) or v < 1):
+            raise ConfigError(f"`{key}` = {json.dumps(v)}: must be a positive integer or \"auto\"")
+    if m == AUTO:
+        if g != AUTO and a != AUTO:
+            if g % (a * W):
+                raise ConfigError(f"train_batch_size {g} is not divisible by gradient_accumulation_steps "
+                                  f"{a} x world size {W} = {a * W}: change `train_batch_size`")
+            m = g // (a * W)
+        else:
+            m = DEFAULTS["micro_batch_size"]
+        filled["train_micro_batch_size_per_gpu"] = m
+    if a == AUTO:
+        if g == AUTO:
+            a = 1
+        elif g % (m * W):
+            raise ConfigError(f"train_batch_size {g} is not divisible by train_micro_batch_size_per_gpu {m} "
+                              f"x world size {W} = {m * W}: gradient accumulation would be "
+                              f"{g / (m * W):.3g}; change `train_batch_size`, the micro-batch or the "
+                              f"number of ranks")
+        else:
+            a = g // (m * W)
+        filled["gradient_accumulation_steps"] = a
+    if g == AUTO:
+        g = m * a * W
+        filled["train_batch_size"] = g
+    if g != m * a * W:
+        raise ConfigError(f"inconsistent batch sizes: train_batch_size {g} != train_micro_batch_size_per_gpu "
+                          f"{m} x gradient_accumulation_steps {a} x world size {W} = {m * a * W}; set "
+                          f"`gradient_accumulation_steps` to \"auto\" or fix one of the three")
+    cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"] = g, m, a
+
+    # optimizer steps per epoch: DistributedSampler gives ceil(N / W) clips per rank; drop_last
+    per_rank = math.ceil(train_samples / W)
+    steps_per_epoch = per_rank // (m * a)
+    if steps_per_epoch < 1:
+        raise ConfigError(f"the training set has {train_samples} clips, {per_rank} per rank: fewer than one "
+                          f"optimizer step of micro-batch {m} x accumulation {a} per rank (global batch {g}); "
+                          f"lower `train_batch_size` / `train_micro_batch_size_per_gpu` or add data")
+    total_steps = steps_per_epoch * epochs
+    if max_steps is not None:
+        total_steps = min(total_steps, int(max_steps))
+    total_steps = max(total_steps, 1)
+
+    # ---- gradient clipping (DeepSpeed's default became 1.0 in 0.19.3: never leave it implicit)
+    if "gradient_clipping" not in cfg:
+        raise ConfigError("`gradient_clipping` is missing: DeepSpeed >= 0.19.3 then clips at 1.0; set it "
+                          "(20 is the official TSM value, 0 turns clipping off, \"auto\" takes --clip-grad)")
+    clip = _check_flag(flags, "clip_grad", "gradient_clipping", cfg["gradient_clipping"])
+    if cfg["gradient_clipping"] == AUTO:
+        cfg["gradient_clipping"] = float(clip if clip is not None else DEFAULTS["clip_grad"])
+        filled["gradient_clipping"] = cfg["gradient_clipping"]
+
+    # ---- optimizer lr / weight decay
+    tsm = cfg.pop("tsm_ds", {}) or {}
+    src, otype, oblock = optimizer_kind({**cfg, "tsm_ds": tsm})
+    if src == "client" and otype not in CLIENT_OPTIMIZERS:
+        raise ConfigError(f"tsm_ds.optimizer.type = {oblock.get('type')!r}: use one of "
+                          f"{sorted(CLIENT_OPTIMIZERS)}")
+    okey = "optimizer" if src == "deepspeed" else "tsm_ds.optimizer"
+    lr = None
+    if src != "none":
+        params = oblock.setdefault("params", {})
+        flag_lr = _check_flag(flags, "lr", f"{okey}.params.lr", params.get("lr", AUTO))
+        if params.get("lr", AUTO) == AUTO:
+            scaling = dict(tsm.get("lr_scaling", {}))
+            rule = scaling.get("rule", SCALING_DEFAULT.get(otype, "linear"))
+            if flag_lr is not None:
+                params["lr"] = float(flag_lr)
+                filled[f"{okey}.params.lr"] = f"{params['lr']:g} (--lr)"
+            else:
+                base_lr = float(scaling.get("base_lr", DEFAULTS["base_lr"]))
+                base_batch = int(scaling.get("base_batch", DEFAULTS["base_batch"]))
+                params["lr"] = scaled_lr(rule, base_lr, base_batch, g)
+                filled[f"{okey}.params.lr"] = (f"{params['lr']:g} ({rule} rule: base {base_lr:g} per "
+                                               f"{base_batch} clips, global batch {g})")
+        wd = _check_flag(flags, "weight_decay", f"{okey}.params.weight_decay",
+                         params.get("weight_decay", AUTO))
+        if params.get("weight_decay", AUTO) == AUTO:
+            params["weight_decay"] = float(wd if wd is not None else DEFAULTS["weight_decay"])
+            filled[f"{okey}.params.weight_decay"] = params["weight_decay"]
+        lr = float(params["lr"])
+    else:
+        for name in ("lr", "weight_decay"):
+            if flags.get(name) is not None:
+                raise ConfigError(f"--{name.replace('_', '-')} given but the engine JSON has no `optimizer` "
+                                  f"or `tsm_ds.optimizer` block to apply it to")
+
+    # ---- schedules
+    warm_flag_used = False
+    if cfg.get("scheduler") and tsm.get("lr_schedule"):
+        raise ConfigError("engine JSON has both `scheduler` and `tsm_ds.lr_schedule`: keep one")
+    if cfg.get("scheduler"):
+        sched = cfg["scheduler"]
+        stype = sched.get("type", "")
+        sp = sched.setdefault("params", {})
+        if stype in ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR") and "warmup_type" not in sp:
+            raise ConfigError(f"scheduler.params.warmup_type is missing for {stype}: DeepSpeed then warms up "
+                              f"logarithmically; set \"linear\" (or \"log\" if that is what you want)")
+        if sp.get("total_num_steps") == AUTO:
+            sp["total_num_steps"] = total_steps
+            filled["scheduler.params.total_num_steps"] = total_steps
+        if "warmup_num_steps" in sp:
+            w = _check_flag(flags, "warmup_steps", "scheduler.params.warmup_num_steps", sp["warmup_num_steps"])
+            warm_flag_used = w is not None
+            if sp["warmup_num_steps"] == AUTO:
+                sp["warmup_num_steps"] = max(1, int(w if w is not None else DEFAULTS["warmup_steps"]))
+                filled["scheduler.params.warmup_num_steps"] = sp["warmup_num_steps"]
+        lr_keys = {"WarmupLR": ("warmup_min_lr", "warmup_max_lr"),
+                   "WarmupDecayLR": ("warmup_min_lr", "warmup_max_lr"),
+                   "OneCycle": ("cycle_min_lr", "cycle_max_lr"),
+                   "LRRangeTest": ("lr_range_test_min_lr",)}.get(stype, ())
+        for k in lr_keys:
+            v = sp.get(k, AUTO if k.endswith("max_lr") else 0.0)
+            if v == AUTO:
+                if lr is None:
+                    raise ConfigError(f"scheduler.params.{k} = \"auto\" needs an optimizer lr to scale from")
+                frac = 0.0 if k.endswith("min_lr") and k != "lr_range_test_min_lr" else 1.0
+                if k == "cycle_min_lr":
+                    frac = 0.1
+                sp[k] = [lr * frac * mu for mu in lr_mults]
+                filled[f"scheduler.params.{k}"] = [round(x, 10) for x in sp[k]]
+            elif isinstance(v, (int, float)) and v != 0 and len(set(lr_mults)) > 1:
+                raise ConfigError(f"scheduler.params.{k} = {v} is a scalar: DeepSpeed's {stype} writes it into "
+                                  f"all {len(lr_mults)} param groups, erasing the lr multipliers {lr_mults} "
+                                  f"(fc x5 / bias x10); set it to \"auto\" or a list of {len(lr_mults)} "
+                                  f"per-group values")
+            elif isinstance(v, list) and len(v) != len(lr_mults):
+                raise ConfigError(f"scheduler.params.{k} has {len(v)} values for {len(lr_mults)} param groups")
+    ls = tsm.get("lr_schedule")
+    if ls:
+        ls = tsm["lr_schedule"] = dict(ls)
+        if ls.get("type") not in ("step", "cosine", "constant"):
+            raise ConfigError(f"tsm_ds.lr_schedule.type = {ls.get('type')!r}: use \"step\", \"cosine\" "
+                              f"or \"constant\"")
+        w = _check_flag(flags, "warmup_steps", "tsm_ds.lr_schedule.warmup_steps", ls.get("warmup_steps", AUTO))
+        warm_flag_used = warm_flag_used or w is not None
+        if ls.get("warmup_steps", AUTO) == AUTO:
+            ls["warmup_steps"] = int(w if w is not None else DEFAULTS["warmup_steps"])
+            filled["tsm_ds.lr_schedule.warmup_steps"] = ls["warmup_steps"]
+        if ls["type"] == "step":
+            d = _check_flag(flags, "lr_steps", "tsm_ds.lr_schedule.decay_epochs", ls.get("decay_epochs", AUTO))
+            if ls.get("decay_epochs", AUTO) == AUTO:
+                ls["decay_epochs"] = list(d if d is not None else DEFAULTS["lr_steps"])
+                filled["tsm_ds.lr_schedule.decay_epochs"] = ls["decay_epochs"]
+            ls.setdefault("gamma", DEFAULTS["gamma"])
+        ls["steps_per_epoch"] = steps_per_epoch
+        ls["total_steps"] = total_steps
+    if flags.get("warmup_steps") is not None and not warm_flag_used:
+        raise ConfigError("--warmup-steps given but the engine JSON has no scheduler with warmup steps")
+    if flags.get("lr_steps") is not None and not (ls and ls.get("type") == "step"):
+        raise ConfigError("--lr-steps given but the engine JSON has no `tsm_ds.lr_schedule` of type \"step\"")
+
+    # ---- monitor output paths
+    for mon in ("tensorboard", "csv_monitor"):
+        if isinstance(cfg.get(mon), dict) and cfg[mon].get("output_path") == AUTO:
+            filled[f"{mon}.output_path"] = "<run dir>/tensorboard"  # the trainer sets the path
+
+    left = [k for k, v in _walk(cfg) if v == AUTO and not k.endswith("output_path")]
+    left += [f"tsm_ds.{k}" for k, v in _walk(tsm) if v == AUTO]
+    if left:
+        raise ConfigError(f"cannot fill \"auto\" for {', '.join(left)}: give the value in the JSON")
+    return cfg, tsm, filled, steps_per_epoch
+
+
+def _walk(obj: Any, prefix: str = ""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _walk(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, obj
+
+
+def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: bool) -> None:
+    """Refuse, before the first step, a resolved configuration that cannot work.
+
+    Args:
+        ds_config: the resolved DeepSpeed config (``resolve_config``'s first value).
+        tsm: the resolved ``tsm_ds`` block.
+        device: ``"cpu"`` or the accelerator name (``"cuda"``).
+        has_batchnorm: the model holds BatchNorm layers (TSM's ResNets and MobileNetV2 do).
+
+    Raises:
+        ConfigError naming the key and the fix: fp16 on CPU; bf16 with BatchNorm but no
+        ``data_types.buffer_dtype``; FusedLamb / FusedLion on CPU; the 1-bit optimizers removed
+        in DeepSpeed 0.19.7; ZeRO with an optimizer DeepSpeed has not tested and no
+        ``zero_allow_untested_optimizer``; compression with ZeRO or DeepSpeed's bf16 optimizer.
+    """
+    fp16 = bool(ds_config.get("fp16", {}).get("enabled", False))
+    bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))
+    autocast = bool(ds_config.get("torch_autocast", {}).get("enabled", False))
+    if fp16 and bf16:
+        raise ConfigError("`fp16.enabled` and `bf16.enabled` are both true: enable one")
+    if fp16 and device == "cpu":
+        raise ConfigError("`fp16.enabled` = true, but DeepSpeed has no fp16 training on this device (cpu): "
+                          "use ds_configs/cpu_bf16.json (`bf16` + `data_types.buffer_dtype`) or "
+                          "ds_configs/cpu_fp32.json")
+    if bf16 and has_batchnorm and "buffer_dtype" not in ds_config.get("data_types", {}):
+        raise ConfigError("`bf16.enabled` = true on a model with BatchNorm but no `data_types.buffer_dtype`: "
+                          "DeepSpeed keeps the BN running stats fp32 and fails in the first forward "
+                          "(expected scalar type BFloat16 but found Float); add "
+                          "\"data_types\": {\"buffer_dtype\": \"bf16\"} or use `torch_autocast` instead")
+    src, otype, _ = optimizer_kind({**ds_config, "tsm_ds": tsm})
+    if otype in REMOVED_OPTIMIZERS:
+        raise ConfigError(f"optimizer.type = {otype!r}: OneBitAdam/OneBitLamb/ZeroOneAdam were removed from "
+                          f"DeepSpeed 0.19.7; use the `tsm_ds.compression` block of the engine JSON, "
+                          f"see README")
+    if src == "deepspeed" and otype in CUDA_ONLY_OPTIMIZERS and device == "cpu":
+        raise ConfigError(f"optimizer.type = {otype!r} builds DeepSpeed's {CUDA_ONLY_OPTIMIZERS[otype]}, "
+                          f"which is CUDA-only; on CPU use the client optimizer "
+                          f"\"tsm_ds\": {{\"optimizer\": {{\"type\": \"timm.Lamb\"}}}} "
+                          f"(ds_configs/cpu_lamb.json)")
+    stage = int(ds_config.get("zero_optimization", {}).get("stage", 0) or 0)
+    if stage >= 1 and src != "none" and not ds_config.get("zero_allow_untested_optimizer", False):
+        tested = src == "deepspeed" and otype in ZERO_TESTED_TYPES
+        if not tested:
+            name = ds_config.get("optimizer", {}).get("type") if src == "deepspeed" else tsm["optimizer"]["type"]
+            raise ConfigError(f"ZeRO stage {stage} with optimizer {name!r}, which DeepSpeed has not tested with "
+                              f"ZeRO: set \"zero_allow_untested_optimizer\": true (it works here, see "
+                              f"ds_configs/cpu_zero1.json) or use Adam/AdamW")
+    comp = tsm.get("compression")
+    active = comp and not (isinstance(comp, str) and comp == "none") and not (
+        isinstance(comp, dict) and comp.get("type", "none") == "none")
+    if active and (stage >= 1 or bf16 or fp16):
+        raise ConfigError("`tsm_ds.compression` needs ZeRO stage 0 with fp32 or `torch_autocast` (the "
+                          "compressor averages the module's gradients itself); remove `zero_optimization` "
+                          "/ `bf16` / `fp16` or the compression block")
+
+
+def save_resolved(path: str | Path, record: dict) -> None:
+    """Write the run's full resolved configuration (flags + engine JSON) atomically as JSON."""
+    import os
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, p)

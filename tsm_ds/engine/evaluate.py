@@ -1,0 +1,159 @@
+"""Distributed evaluation core: every dataset sample scored exactly once, whatever the world size.
+
+``DistributedSampler`` pads the index list with repeated samples so that every rank gets the
+same count (ceil(N / world size)); counting those twice would bias top-1. Each batch carries the
+dataset ``index`` of each sample, so ranks all-gather (index, scores, label) and keep the first
+occurrence of each index. The multi-view evaluation (``eval_cli``) plugs its view averaging in
+through ``forward``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+
+def _default_forward(model, clip: torch.Tensor) -> torch.Tensor:
+    """model(clip) with the clip moved to the model's device and floating dtype (bf16/fp16 engines)."""
+    p = next((p for p in model.parameters() if p.is_floating_point()), None)
+    if p is None:
+        return model(clip)
+    return model(clip.to(device=p.device, dtype=p.dtype))
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _comm_device() -> torch.device:
+    """CPU for gloo; the current CUDA device for NCCL (which cannot move CPU tensors)."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _gather_varlen(t: torch.Tensor) -> torch.Tensor:
+    """all_gather tensors whose first dimension differs per rank; concat in rank order (on CPU)."""
+    rank, world = _world()
+    if world == 1:
+        return t
+    dev = _comm_device()
+    t = t.to(dev)
+    n = torch.tensor([t.shape[0]], dtype=torch.int64, device=dev)
+    sizes = [torch.zeros_like(n) for _ in range(world)]
+    dist.all_gather(sizes, n)
+    sizes = [int(s) for s in sizes]
+    pad = torch.zeros((max(sizes),) + tuple(t.shape[1:]), dtype=t.dtype, device=dev)
+    pad[: t.shape[0]] = t
+    out = [torch.zeros_like(pad) for _ in range(world)]
+    dist.all_gather(out, pad.contiguous())
+    return torch.cat([o[:s] for o, s in zip(out, sizes)]).cpu()
+
+
+@torch.no_grad()
+def gather_predictions(model, loader, *, forward: Callable | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Score a (distributed) loader and gather every sample exactly once on every rank.
+
+    Args:
+        model: an ``nn.Module`` or DeepSpeed engine; put in eval mode for the pass and restored.
+        loader: yields dicts with ``"clip"`` (N, T, 3, H, W) float32 (or (N, V, T, 3, H, W) with
+            views, for a ``forward`` that handles them), ``"label"`` (N,) int and ``"index"``
+            (N,) int, the dataset index of each sample (``VideoClipDataset``'s items).
+        forward: ``forward(model, clip) -> scores (N, num_classes)``; default casts the clip
+            to the model's parameter dtype and calls ``model(clip)``.
+
+    Returns:
+        (indices int64 (M,), scores float32 (M, num_classes), labels int64 (M,)), sorted by index,
+        identical on every rank; M = number of distinct dataset samples seen (the dataset size
+        when the sampler covers it).
+
+    Raises:
+        KeyError: a batch without ``"index"`` (padding could not be removed).
+    """
+    forward = forward or _default_forward
+    was_training = model.training
+    model.eval()
+    idx_l, sc_l, lab_l = [], [], []
+    try:
+        for batch in loader:
+            if "index" not in batch:
+                raise KeyError("evaluation batches need an 'index' entry (the dataset index of each "
+                               "sample) so that DistributedSampler padding is not counted twice")
+            scores = forward(model, batch["clip"])
+            idx_l.append(torch.as_tensor(batch["index"]).long().reshape(-1))
+            sc_l.append(scores.detach().float().cpu())
+            lab_l.append(torch.as_tensor(batch["label"]).long().reshape(-1))
+    finally:
+        model.train(was_training)
+    if sc_l:
+        idx, sc, lab = torch.cat(idx_l), torch.cat(sc_l), torch.cat(lab_l)
+    else:
+        idx, sc, lab = torch.zeros(0, dtype=torch.int64), torch.zeros(0, 0), torch.zeros(0, dtype=torch.int64)
+    # ranks with no batch still need the class count to take part in the gather
+    rank, world = _world()
+    if world > 1:
+        c = torch.tensor([sc.shape[1] if sc.numel() else 0], dtype=torch.int64, device=_comm_device())
+        dist.all_reduce(c, op=dist.ReduceOp.MAX)
+        c = c.cpu()
+        if sc.shape[1] != int(c):
+            sc = torch.zeros(0, int(c))
+    idx, sc, lab = _gather_varlen(idx), _gather_varlen(sc), _gather_varlen(lab)
+    order = torch.argsort(idx, stable=True)
+    idx, sc, lab = idx[order], sc[order], lab[order]
+    keep = torch.ones_like(idx, dtype=torch.bool)
+    keep[1:] = idx[1:] != idx[:-1]
+    return idx[keep], sc[keep], lab[keep]
+
+
+def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks=(1, 5)) -> dict:
+    """Top-k accuracy in percent.
+
+    Args:
+        scores: (M, num_classes) float.
+        labels: (M,) int64.
+        ks: the k values; k larger than num_classes counts every sample as correct.
+
+    Returns:
+        ``{"top1": float, "top5": float, ..., "count": M}`` (percent in [0, 100]; 0.0 when M == 0).
+    """
+    m = int(labels.numel())
+    out: dict = {"count": m}
+    for k in ks:
+        if m == 0:
+            out[f"top{k}"] = 0.0
+            continue
+        kk = min(k, scores.shape[1])
+        top = scores.topk(kk, dim=1).indices
+        out[f"top{k}"] = 100.0 * float((top == labels.view(-1, 1)).any(dim=1).float().mean())
+    return out
+
+
+def sync_batchnorm_stats(module: torch.nn.Module) -> int:
+    """All-reduce (mean) the running mean/var of every BatchNorm layer across ranks, in place.
+
+    DeepSpeed broadcasts parameters once and never syncs buffers, so each rank's BN statistics
+    drift apart on its own shard; this averages them before evaluation and saving.
+
+    Returns:
+        Number of BatchNorm layers synchronised (0 when not distributed).
+    """
+    rank, world = _world()
+    if world == 1:
+        return 0
+    bufs = [b for m in module.modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+            and m.running_mean is not None for b in (m.running_mean, m.running_var)]
+    if not bufs:
+        return 0
+    flat = torch.cat([b.detach().float().reshape(-1) for b in bufs])  # one all-reduce
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world
+    off = 0
+    for b in bufs:
+        b.copy_(flat[off: off + b.numel()].view_as(b).to(b.dtype))
+        off += b.numel()
+    return len(bufs) // 2

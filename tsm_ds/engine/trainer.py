@@ -1,0 +1,414 @@
+"""The training loop around a DeepSpeed engine.
+
+One optimizer step = ``gradient_accumulation_steps`` micro-batches per rank:
+data wait (next batch from our DataLoader) -> engine forward -> cross-entropy -> engine.backward
+-> at the accumulation boundary, the gradient all-reduce (timed on its own where DeepSpeed lets us
+call it: ZeRO stage 0 without DeepSpeed's bf16 optimizer; or the ``tsm_ds.compression``
+compressor) -> engine.step (clip, update, lr schedule).
+
+After every epoch (and at the end of a run stopped by ``max_steps``): BatchNorm running statistics
+are averaged over ranks, the validation set is scored once per sample
+(``evaluate.gather_predictions``), a checkpoint is saved, and the best model is exported.
+
+Data order is a pure function of (seed, epoch): ``DistributedSampler`` seeded per epoch, the dataset
+deterministic under (seed, epoch, index) and the DataLoader's worker seeds from a generator seeded
+per epoch (not the global RNG), so a run resumed from a mid-epoch checkpoint continues with the
+same batches and the same dropout draws as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, DistributedSampler
+
+from tsm_ds.engine import config as cfgmod
+from tsm_ds.engine.checkpoint import CheckpointManager, export_model, rng_state, set_rng_state, tag_for_step
+from tsm_ds.engine.evaluate import gather_predictions, sync_batchnorm_stats, topk_accuracy
+from tsm_ds.engine.monitor import ScalarWriter
+from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
+
+log = logging.getLogger("tsm_ds.train")
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """``DistributedSampler`` that can skip the first ``skip`` indices of this rank's epoch order.
+
+    Used once after resuming mid-epoch: the skipped samples are never loaded.
+    """
+
+    skip: int = 0
+
+    def __iter__(self):
+        it = list(super().__iter__())
+        return iter(it[self.skip:])
+
+    def __len__(self):
+        return super().__len__() - self.skip
+
+
+@dataclass
+class TrainSettings:
+    """What the trainer needs besides the model, data and engine JSON.
+
+    Attributes:
+        run_dir: output folder (checkpoints/, tensorboard/, config.json, best_model.pt).
+        epochs: planned epochs (scheduler horizon).
+        max_steps: stop after this many optimizer steps (None = epochs decide).
+        seed: data order, augmentation and dropout seed.
+        num_workers: DataLoader worker processes per rank.
+        resume: None, ``"auto"`` (latest complete checkpoint in run_dir, if any) or a tag.
+        save_every_steps: also save every N optimizer steps (0 = only at epoch ends).
+        keep_last: complete checkpoints kept besides the best.
+        class_names: stored with every checkpoint and export.
+        flags: command-line values for ``config.resolve_config`` (``FLAG_KEYS`` names).
+        record: everything to store in ``config.json`` besides the engine JSON (the CLI flags).
+        eval_batch_size: clips per rank per validation batch (None = the micro-batch).
+        progress: tqdm bar on rank 0.
+        step_callback: ``f(trainer, step)`` after each optimizer step (hooks, fault injection).
+    """
+    run_dir: Path
+    epochs: int = 50
+    max_steps: int | None = None
+    seed: int = 0
+    num_workers: int = 2
+    resume: str | None = None
+    save_every_steps: int = 0
+    keep_last: int = 2
+    class_names: list = field(default_factory=list)
+    flags: dict = field(default_factory=dict)
+    record: dict = field(default_factory=dict)
+    eval_batch_size: int | None = None
+    progress: bool = True
+    step_callback: Callable | None = None
+
+
+def _default_param_groups(model, weight_decay):
+    from tsm_ds.models import parameter_groups
+    return parameter_groups(model, weight_decay=weight_decay)
+
+
+def _has_batchnorm(model) -> bool:
+    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+class Trainer:
+    """Train a clip classifier with DeepSpeed.
+
+    Args:
+        model: ``nn.Module`` mapping (N, T, 3, H, W) float32 -> logits (N, num_classes); its
+            ``config`` dict (``build_model`` arguments) is exported with the weights.
+        train_set, val_set: datasets with items ``{"clip", "label", "index", "bad"}``
+            (``VideoClipDataset``'s format); ``set_epoch(epoch)`` is called when present.
+            ``val_set`` may be None (no validation).
+        engine_json: the recipe dict (``config.load_config``), with ``"auto"`` values.
+        settings: ``TrainSettings``.
+        param_groups: ``f(model, weight_decay) -> [{"params", "weight_decay", "lr_mult", "name"}]``;
+            default ``tsm_ds.models.parameter_groups`` (fc x5, bias x10, no decay on bias/BN).
+
+    Raises (from ``fit``):
+        ConfigError before the first step for a recipe that cannot work (see ``config``).
+    """
+
+    def __init__(self, model, train_set, val_set, engine_json: dict, settings: TrainSettings,
+                 param_groups: Callable | None = None):
+        self.model = model
+        self.train_set, self.val_set = train_set, val_set
+        self.raw = engine_json
+        self.s = settings
+        self.param_groups = param_groups or _default_param_groups
+        self.engine = None
+        self.global_step = 0
+        self.best_top1 = -1.0
+        self.best_tag = None
+        self.history: list[dict] = []
+
+    # ------------------------------------------------------------------ setup
+    def _init_distributed(self):
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+        acc = get_accelerator()
+        if not dist.is_initialized():
+            if "RANK" not in os.environ:  # a plain `python` run: a world of one
+                os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+                os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+            deepspeed.init_distributed(dist_backend=acc.communication_backend_name())
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device_name = acc.device_name()
+        self.device = torch.device(acc.device_name(), acc.current_device()) if self.device_name != "cpu" \
+            else torch.device("cpu")
+
+    def setup(self):
+        """Resolve and validate the engine JSON, build the engine, loaders, checkpoints, writer."""
+        import deepspeed
+        from deepspeed.runtime.base_optimizer import ZeROOptimizer
+        self._init_distributed()
+        s = self.s
+        s.run_dir = Path(s.run_dir)
+        if self.rank == 0:
+            s.run_dir.mkdir(parents=True, exist_ok=True)
+        probe = [g for g in self.param_groups(self.model, 0.0) if len(list(g["params"]))]
+        mults = [float(g.get("lr_mult", 1.0)) for g in probe]
+        ds_cfg, tsm, filled, spe = cfgmod.resolve_config(
+            self.raw, world_size=self.world, train_samples=len(self.train_set), epochs=s.epochs,
+            max_steps=s.max_steps, lr_mults=mults, flags=s.flags)
+        cfgmod.validate_config(ds_cfg, tsm, device=self.device_name, has_batchnorm=_has_batchnorm(self.model))
+        src, otype, oblock = cfgmod.optimizer_kind({**ds_cfg, "tsm_ds": tsm})
+        if src == "none":
+            raise cfgmod.ConfigError("the engine JSON has no `optimizer` or `tsm_ds.optimizer` block: add one "
+                                     "(see ds_configs/cpu_fp32.json)")
+        tb_dir = s.run_dir / "tensorboard"
+        for mon in ("tensorboard", "csv_monitor"):
+            if isinstance(ds_cfg.get(mon), dict) and ds_cfg[mon].get("output_path") == cfgmod.AUTO:
+                ds_cfg[mon]["output_path"] = str(tb_dir)
+        self.ds_config, self.tsm, self.filled, self.steps_per_epoch = ds_cfg, tsm, filled, spe
+        self.micro = ds_cfg["train_micro_batch_size_per_gpu"]
+        self.accum = ds_cfg["gradient_accumulation_steps"]
+        self.global_batch = ds_cfg["train_batch_size"]
+        self.total_steps = spe * s.epochs if s.max_steps is None else min(spe * s.epochs, s.max_steps)
+
+        params = oblock["params"]
+        groups = [g for g in self.param_groups(self.model, float(params["weight_decay"])) if len(list(g["params"]))]
+        groups = apply_group_lrs(groups, float(params["lr"]))
+        self.group_names = [g.get("name", f"group{i}") for i, g in enumerate(groups)]
+        client_opt = build_client_optimizer(oblock, groups) if src == "client" else None
+        sched = client_scheduler_factory(tsm["lr_schedule"]) if tsm.get("lr_schedule") else None
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=self.model, model_parameters=None if client_opt else groups, optimizer=client_opt,
+            lr_scheduler=sched, config=ds_cfg)
+        eng = self.engine
+        self.input_dtype = torch.bfloat16 if eng.bfloat16_enabled() else (
+            torch.float16 if eng.fp16_enabled() else torch.float32)
+
+        self.compressor = None
+        comp_cfg = tsm.get("compression")
+        if comp_cfg and comp_cfg != "none" and not (isinstance(comp_cfg, dict) and comp_cfg.get("type") == "none"):
+            from tsm_ds.engine.compression import build_compressor
+            self.compressor = build_compressor(comp_cfg, eng)
+        self.manual_comm = self.compressor is not None or not isinstance(eng.optimizer, ZeROOptimizer)
+        if self.manual_comm:
+            eng.enable_backward_allreduce = False
+
+        # data
+        self.sampler = ResumableDistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank,
+                                                   shuffle=True, seed=s.seed, drop_last=False)
+        self.loader_gen = torch.Generator()
+        self.loader = DataLoader(self.train_set, batch_size=self.micro, sampler=self.sampler,
+                                 num_workers=s.num_workers, drop_last=True, generator=self.loader_gen,
+                                 persistent_workers=False)
+        self.val_loader = None
+        if self.val_set is not None and len(self.val_set):
+            vs = DistributedSampler(self.val_set, num_replicas=self.world, rank=self.rank, shuffle=False)
+            self.val_loader = DataLoader(self.val_set, batch_size=s.eval_batch_size or self.micro, sampler=vs,
+                                         num_workers=s.num_workers, generator=torch.Generator().manual_seed(s.seed))
+        self.ckpt = CheckpointManager(s.run_dir / "checkpoints", keep_last=s.keep_last, rank=self.rank,
+                                      world_size=self.world)
+        self.writer = ScalarWriter(tb_dir / "tsm_ds", enabled=self.rank == 0)
+
+        if self.rank == 0:
+            for k, v in filled.items():
+                log.info("engine JSON auto: %s = %s", k, v)
+            log.info("world size %d, micro-batch %d, accumulation %d, global batch %d, %d optimizer steps per "
+                     "epoch, %d steps planned; gradient all-reduce %s", self.world, self.micro, self.accum,
+                     self.global_batch, spe, self.total_steps,
+                     "timed separately" if self.manual_comm else "inside DeepSpeed's ZeRO/bf16 optimizer "
+                     "(time/comm_s not logged)")
+            record = {"flags": s.record, "engine_json": self.raw, "resolved_ds_config": ds_cfg,
+                      "resolved_tsm_ds": tsm, "auto_filled": filled, "world_size": self.world,
+                      "steps_per_epoch": spe, "total_steps": self.total_steps,
+                      "param_groups": [{"name": n, "lr": g["lr"], "lr_mult": g["lr_mult"],
+                                        "weight_decay": g.get("weight_decay")}
+                                       for n, g in zip(self.group_names, groups)],
+                      "class_names": list(s.class_names), "torch_threads": torch.get_num_threads(),
+                      "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}}
+            cfgmod.save_resolved(s.run_dir / "config.json", record)
+
+    # ------------------------------------------------------------------ state
+    def _client_state(self, epoch: int, micro_in_epoch: int) -> dict:
+        return {"epoch": epoch, "micro_in_epoch": micro_in_epoch, "step": self.global_step,
+                "best_top1": self.best_top1, "best_tag": self.best_tag, "class_names": list(self.s.class_names),
+                "model_config": getattr(self.model, "config", None), "history": self.history}
+
+    def _rank_state(self, epoch: int, micro_in_epoch: int) -> dict:
+        st = {"rng": rng_state(), "epoch": epoch, "micro_in_epoch": micro_in_epoch,
+              "samples_in_epoch": micro_in_epoch * self.micro, "rank": self.rank}
+        if self.compressor is not None:
+            st["compressor"] = self.compressor.state_dict()
+        return st
+
+    def save(self, epoch: int, micro_in_epoch: int) -> str:
+        """Save a checkpoint positioned at (epoch, micro-batches done in it); BN stats synced first."""
+        sync_batchnorm_stats(self.engine.module)
+        tag = self.ckpt.save(self.engine, step=self.global_step,
+                             client_state=self._client_state(epoch, micro_in_epoch),
+                             rank_state=self._rank_state(epoch, micro_in_epoch), best_tag=self.best_tag)
+        self._last_saved = self.global_step
+        return tag
+
+    def _resume(self) -> tuple[int, int]:
+        if not self.s.resume:
+            return 0, 0
+        tag = self.ckpt.resolve(self.s.resume)
+        if tag is None:
+            if self.rank == 0:
+                log.info("--resume auto: no checkpoint in %s yet, starting fresh", self.ckpt.dir)
+            return 0, 0
+        client, rank_state = self.ckpt.load(self.engine, tag)
+        self.global_step = int(client["step"])
+        self.best_top1 = float(client.get("best_top1", -1.0))
+        self.best_tag = client.get("best_tag")
+        self.history = list(client.get("history", []))
+        if self.compressor is not None and "compressor" in rank_state:
+            self.compressor.load_state_dict(rank_state["compressor"])
+        set_rng_state(rank_state["rng"])
+        epoch, micro = int(rank_state["epoch"]), int(rank_state["micro_in_epoch"])
+        if self.rank == 0:
+            log.info("resumed from %s: epoch %d, %d micro-batches into it, optimizer step %d",
+                     self.ckpt.dir / tag, epoch, micro, self.global_step)
+        self._last_saved = self.global_step
+        return epoch, micro
+
+    # ------------------------------------------------------------------ loop
+    def _reduce(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        if self.world > 1:
+            if dist.get_backend() == "nccl":
+                t = t.to(self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.cpu().tolist()
+
+    def evaluate(self) -> dict:
+        """BN sync, then top-1/top-5 on the validation set, each clip counted once; {} without one."""
+        if self.val_loader is None:
+            return {}
+        sync_batchnorm_stats(self.engine.module)
+        if hasattr(self.val_set, "set_epoch"):
+            self.val_set.set_epoch(0)
+        _, scores, labels = gather_predictions(self.engine, self.val_loader)
+        res = topk_accuracy(scores, labels, ks=(1, 5))
+        if len(labels):
+            res["loss"] = float(F.cross_entropy(scores, labels))
+        return res
+
+    def fit(self) -> dict:
+        """Train; returns ``{"step", "epoch", "val": last validation, "best_top1", "history"}``."""
+        from tqdm import tqdm
+        if self.engine is None:
+            self.setup()
+        s, eng = self.s, self.engine
+        self._last_saved = -1
+        start_epoch, skip_micro = self._resume()
+        micro_per_epoch = self.steps_per_epoch * self.accum
+        if skip_micro >= micro_per_epoch:
+            start_epoch, skip_micro = start_epoch + 1, 0
+        bar = tqdm(total=self.total_steps, initial=self.global_step, disable=self.rank != 0 or not s.progress,
+                   desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+        params = [p for p in eng.module.parameters() if p.requires_grad]
+        bad_total, val, epoch, micro_i = 0, {}, start_epoch, skip_micro
+        t_step = time.perf_counter()
+        acc = [0.0] * 8  # loss_sum, n, correct1, correct5, bad, data_s, compute_s, comm_s
+        for epoch in range(start_epoch, s.epochs):
+            if self.global_step >= self.total_steps:
+                break
+            micro_i = skip_micro if epoch == start_epoch else 0
+            self.sampler.set_epoch(epoch)
+            self.sampler.skip = micro_i * self.micro
+            if hasattr(self.train_set, "set_epoch"):
+                self.train_set.set_epoch(epoch)
+            self.loader_gen.manual_seed(s.seed * 100_003 + epoch)
+            it = iter(self.loader)
+            while micro_i < micro_per_epoch and self.global_step < self.total_steps:
+                t0 = time.perf_counter()
+                batch = next(it)
+                t1 = time.perf_counter()
+                clip = batch["clip"].to(self.device, dtype=self.input_dtype)
+                label = torch.as_tensor(batch["label"]).long().to(self.device)
+                logits = eng(clip)
+                loss = F.cross_entropy(logits.float(), label)
+                boundary = eng.is_gradient_accumulation_boundary()
+                eng.backward(loss)
+                t2 = time.perf_counter()
+                if boundary and self.manual_comm:
+                    if self.compressor is not None:
+                        self.compressor.allreduce(params)
+                    else:
+                        eng.allreduce_gradients()
+                t3 = time.perf_counter()
+                eng.step()
+                t4 = time.perf_counter()
+                with torch.no_grad():
+                    top = logits.float().topk(min(5, logits.shape[1]), dim=1).indices
+                    hit = top == label.view(-1, 1)
+                nb = int(torch.as_tensor(batch.get("bad", 0)).sum())
+                n = label.numel()
+                for j, v in enumerate((float(loss.detach()) * n, n, float(hit[:, :1].any(1).sum()), float(hit.any(1).sum()),
+                                       nb, t1 - t0, (t2 - t1) + (t4 - t3), t3 - t2)):
+                    acc[j] += v
+                micro_i += 1
+                if not boundary:
+                    continue
+                self.global_step += 1
+                r = self._reduce(acc)
+                acc = [0.0] * 8
+                now = time.perf_counter()
+                bad_total += int(r[4])
+                metrics = {"train/loss": r[0] / r[1], "train/top1": 100 * r[2] / r[1], "train/top5": 100 * r[3] / r[1],
+                           "perf/clips_per_s": r[1] / max(now - t_step, 1e-9),
+                           "time/data_wait_s": r[5] / self.world, "time/compute_s": r[6] / self.world,
+                           "time/comm_s": r[7] / self.world if self.manual_comm else None,
+                           "train/skipped_steps": eng.skipped_steps, "data/bad_videos": bad_total}
+                t_step = now
+                for name, lr in zip(self.group_names, eng.get_lr()):
+                    metrics[f"lr/{name}"] = lr
+                if self.compressor is not None:
+                    for k, v in self.compressor.stats().items():
+                        if isinstance(v, (int, float)):
+                            metrics[f"comm/{k}"] = v
+                self.writer.scalars(metrics, self.global_step)
+                bar.update(1)
+                bar.set_postfix(epoch=epoch, loss=f"{metrics['train/loss']:.3f}",
+                                clips_s=f"{metrics['perf/clips_per_s']:.1f}")
+                self.last_metrics = metrics
+                if s.step_callback is not None:
+                    s.step_callback(self, self.global_step)
+                if s.save_every_steps and self.global_step % s.save_every_steps == 0 and micro_i < micro_per_epoch:
+                    self.save(epoch, micro_i)
+            del it
+            done = micro_i >= micro_per_epoch
+            val = self.evaluate()
+            if val:
+                rec = {"epoch": epoch, "step": self.global_step, "val_top1": val["top1"], "val_top5": val["top5"],
+                       "val_clips": val["count"]}
+                self.history.append(rec)
+                self.writer.scalars({"val/top1": val["top1"], "val/top5": val["top5"], "val/clips": val["count"],
+                                     "val/loss": val.get("loss")}, self.global_step)
+                if self.rank == 0:
+                    bar.write(f"epoch {epoch}: step {self.global_step}, val top-1 {val['top1']:.1f}% top-5 "
+                              f"{val['top5']:.1f}% on {val['count']} clips")
+                if val["top1"] > self.best_top1:
+                    self.best_top1 = val["top1"]
+                    self.best_tag = tag_for_step(self.global_step)
+                    if self.rank == 0:
+                        export_model(s.run_dir / "best_model.pt", eng.module, class_names=s.class_names,
+                                     extra={"epoch": epoch, "step": self.global_step, "val_top1": val["top1"]})
+            self.writer.flush()
+            self.save(epoch + 1 if done else epoch, 0 if done else micro_i)
+        if self._last_saved != self.global_step:
+            self.save(epoch, micro_i)
+        if self.rank == 0:
+            export_model(s.run_dir / "last_model.pt", eng.module, class_names=s.class_names,
+                         extra={"step": self.global_step})
+        bar.close()
+        self.writer.close()
+        return {"step": self.global_step, "epoch": epoch, "val": val, "best_top1": self.best_top1,
+                "history": self.history}
