@@ -1,0 +1,146 @@
+"""``VideoClipDataset``: records -> sampled, decoded, transformed clips, robust to bad files.
+
+``ds[i]`` returns ``{"clip": float32 (T, 3, H, W) (test with V = num_clips * num_crops > 1 views:
+(V, T, 3, H, W), crop-major: view = crop * num_clips + clip, as the official test script stacks
+them), "label": int, "index": i, "bad": int}``.
+
+Determinism: every random choice of item ``i`` (frame sampling, crop, flip, replacement) comes
+from ``numpy.random.default_rng([seed, epoch, i, attempt, stream])``, so an item depends only on
+(seed, epoch, index) and never on the worker, the order of access or the history of a process.
+
+Bad files: a record whose file cannot be opened, has no video stream or no decodable frame is
+reported once per file and process (``RuntimeWarning`` naming the file and the reason), counted
+(``"bad"`` in the item: how many unreadable files were replaced to produce it; sum it to log
+the rate) and replaced by another record drawn at random under the same seed (attempt 1, 2, ...).
+After ``max_replacements`` failures in a row a ``RuntimeError`` names the files: the dataset is
+mostly unreadable and looping on would hide it. Partly decodable files are kept; see
+:func:`tsm_ds.data.decode.decode_frames`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from . import decode as _decode
+from .records import VideoRecord
+from .sampling import clip_indices
+from .transforms import ClipTransform
+
+__all__ = ["VideoClipDataset"]
+
+
+class VideoClipDataset(Dataset):
+    """Clips of ``num_segments`` frames from videos or JPEG frame folders.
+
+    Args:
+        records: :class:`VideoRecord` list (videos, or frame folders with num_frames).
+        num_segments: T, frames per clip.
+        mode: "train" (random segment frames, multi-scale crop, flip), "val" (segment centres,
+            centre crop) or "test" (num_clips x num_crops views).
+        img_size: S, output side (test with num_crops=3 gives scale_size = S * 256 // 224).
+        sampling: "tsn" (one frame per segment) or "dense" (I3D window of ``dense_window`` frames
+            with stride dense_window // T).
+        flip: random horizontal flip in training.
+        seed: base seed; with :meth:`set_epoch` and the index it seeds every random choice.
+        num_clips, num_crops: test views; twice_sample: official 2-clip test sampling.
+        max_replacements: bad files tolerated in a row for one item before RuntimeError.
+        thread_count: decoder threads per item (1: right for DataLoader workers).
+        train_short_side, scale_size: see :class:`~tsm_ds.data.transforms.ClipTransform`.
+
+    Raises ValueError for an empty record list or bad options.
+    """
+
+    def __init__(self, records: Sequence[VideoRecord], *, num_segments: int = 8,
+                 mode: str = "train", img_size: int = 224, sampling: str = "tsn",
+                 flip: bool = True, seed: int = 0, num_clips: int = 1, num_crops: int = 1,
+                 twice_sample: bool = False, dense_window: int = 64, max_replacements: int = 20,
+                 thread_count: int = 1, train_short_side: int | None | str = "auto",
+                 scale_size: int | None = None):
+        if not records:
+            raise ValueError("VideoClipDataset: no records")
+        if mode not in ("train", "val", "test"):
+            raise ValueError(f"mode must be train/val/test, got {mode!r}")
+        if mode != "test" and (num_clips != 1 or num_crops != 1 or twice_sample):
+            raise ValueError("num_clips / num_crops / twice_sample apply to mode='test' only")
+        self.records = list(records)
+        self.num_segments = num_segments
+        self.mode = mode
+        self.sampling = sampling
+        self.seed = int(seed)
+        self.epoch = 0
+        self.num_clips = 2 if twice_sample else num_clips
+        self.twice_sample = twice_sample
+        self.dense_window = dense_window
+        self.max_replacements = max_replacements
+        self.thread_count = thread_count
+        self.transform = ClipTransform(mode, img_size, flip=flip, num_crops=num_crops,
+                                       train_short_side=train_short_side, scale_size=scale_size)
+        # fail early on a bad option combination
+        clip_indices(max(num_segments, 1) * 4, num_segments, mode=mode, sampling=sampling,
+                     rng=np.random.default_rng(0), num_clips=self.num_clips,
+                     twice_sample=twice_sample, window=dense_window)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def num_views(self) -> int:
+        """Views per item: num_clips * num_crops in test mode, else 1."""
+        return self.num_clips * self.transform.num_views if self.mode == "test" else 1
+
+    @property
+    def labels(self) -> list[int]:
+        """Labels of all records, in order (for class-balanced samplers, confusion matrices)."""
+        return [r.label for r in self.records]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose random choices items use (call before each epoch, in every
+        worker: with persistent workers, pass the epoch through a sampler instead)."""
+        self.epoch = int(epoch)
+
+    def _rng(self, index: int, attempt: int, stream: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch, index, attempt, stream])
+
+    def load(self, record: VideoRecord, index: int, attempt: int = 0) -> torch.Tensor:
+        """Decode and transform one record's clip (no bad-file handling; raises VideoError)."""
+        if record.num_frames is not None and os.path.isdir(record.path):
+            n = record.num_frames
+        else:
+            n = _decode.count_frames(record.path)
+        idx = clip_indices(n, self.num_segments, mode=self.mode, sampling=self.sampling,
+                           rng=self._rng(index, attempt, 0), num_clips=self.num_clips,
+                           twice_sample=self.twice_sample, window=self.dense_window)
+        k = idx.shape[0]
+        frames = _decode.decode_frames(record.path, idx.reshape(-1), num_frames=n,
+                                       thread_count=self.thread_count)
+        x = self.transform(frames, self._rng(index, attempt, 1))
+        if self.mode != "test" or self.num_views == 1:
+            return x.reshape(-1, *x.shape[-3:]) if x.ndim == 5 else x
+        if x.ndim == 4:  # one crop: (K*T, 3, S, S)
+            x = x.unsqueeze(0)
+        c = x.shape[0]
+        return x.reshape(c * k, self.num_segments, *x.shape[-3:])
+
+    def __getitem__(self, index: int) -> dict:
+        """The item for ``index`` (see the module docstring). Raises IndexError out of range,
+        RuntimeError after ``max_replacements`` unreadable files in a row."""
+        if not 0 <= index < len(self.records):
+            raise IndexError(index)
+        record, bad, failures = self.records[index], 0, []
+        for attempt in range(self.max_replacements + 1):
+            try:
+                clip = self.load(record, index, attempt)
+                return {"clip": clip, "label": int(record.label), "index": int(index), "bad": bad}
+            except _decode.VideoError as e:
+                bad += 1
+                failures.append(f"{e.path} ({e.reason})")
+                _decode.warn_once(e.path, "bad", f"unreadable video, replaced by another sample: "
+                                                 f"{e.path}: {e.reason}")
+                j = int(self._rng(index, attempt, 2).integers(len(self.records)))
+                record = self.records[j]
+        raise RuntimeError(f"item {index}: {len(failures)} unreadable files in a row, giving up "
+                           f"(run 'tsm-ds check-videos' on the list): " + "; ".join(failures[:5]))

@@ -1,0 +1,202 @@
+"""Clip transforms: the official TSM crops, resize, flip and ImageNet normalisation.
+
+Every frame of a clip gets the same crop and flip. Input: uint8 (T, H, W, 3) RGB frames as
+:func:`tsm_ds.data.decode.decode_frames` returns them. Output: float32 (T, 3, S, S) normalised
+with ImageNet mean/std, or (V, T, 3, S, S) for several test crops.
+
+Geometry follows mit-han-lab/temporal-shift-module ``ops/transforms.py``:
+
+- train: ``GroupMultiScaleCrop(S, [1, .875, .75, .66])`` (max_distort 1, the 13 fixed offsets of
+  ``fill_fix_offset(more_fix_crop=True)``) then resize to S x S, then a horizontal flip with
+  probability 0.5 (``flip=False`` for direction-sensitive datasets such as Something-Something).
+  The official Kinetics frames are extracted with a height of 331 (``tools/vid2img_kinetics.py``:
+  ``scale=-1:331``); we read raw video, so the crop is computed on the frame scaled to a short side
+  of ``train_short_side`` (331 * S / 224 by default; None = native size).
+- val / 1 test crop: ``GroupScale(scale_size)`` + ``GroupCenterCrop(S)``, scale_size =
+  S * 256 // 224 (256 for 224).
+- 3 test crops (full resolution): ``GroupFullResSample(scale_size, scale_size)``: scale the short
+  side to scale_size, crops of scale_size x scale_size at the left, right and centre.
+- 10 test crops: ``GroupOverSample(S, scale_size)``: 5 crops (4 corners + centre) and their flips,
+  ordered crop0, flip0, crop1, flip1, ...
+
+Scaling then cropping is done in one step: the crop box is computed in the scaled frame's
+coordinates and mapped back to the source frame, then only that region is resized (bilinear,
+antialiased; ``torchvision.transforms.v2.functional.resized_crop``). Box corners in the source are
+rounded to whole pixels, so they may differ by < 1 source pixel from scaling the whole frame first.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as TF
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "scale_size_for", "train_short_side_for",
+           "fill_fix_offset", "multiscale_crop_box", "center_crop_box", "full_res_boxes",
+           "oversample_boxes", "ClipTransform"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+SCALES = (1.0, 0.875, 0.75, 0.66)
+
+
+def scale_size_for(img_size: int) -> int:
+    """Short side before the centre crop: img_size * 256 // 224 (official ``net.scale_size``)."""
+    return img_size * 256 // 224
+
+
+def train_short_side_for(img_size: int) -> int:
+    """Short side of the frames the official Kinetics training crops from: 331 * img_size / 224."""
+    return int(round(331 * img_size / 224))
+
+
+def fill_fix_offset(more_fix_crop: bool, image_w: int, image_h: int, crop_w: int,
+                    crop_h: int) -> list[tuple[int, int]]:
+    """The official fixed crop offsets (x, y): 5 (corners + centre) or 13 with ``more_fix_crop``.
+
+    Source: ops/transforms.py ``GroupMultiScaleCrop.fill_fix_offset`` (same order).
+    """
+    w_step = (image_w - crop_w) // 4
+    h_step = (image_h - crop_h) // 4
+    ret = [(0, 0), (4 * w_step, 0), (0, 4 * h_step), (4 * w_step, 4 * h_step),
+           (2 * w_step, 2 * h_step)]
+    if more_fix_crop:
+        ret += [(0, 2 * h_step), (4 * w_step, 2 * h_step), (2 * w_step, 4 * h_step),
+                (2 * w_step, 0), (1 * w_step, 1 * h_step), (3 * w_step, 1 * h_step),
+                (1 * w_step, 3 * h_step), (3 * w_step, 3 * h_step)]
+    return ret
+
+
+def multiscale_crop_box(image_w: int, image_h: int, input_size: int, rng: np.random.Generator,
+                        *, scales: Sequence[float] = SCALES, max_distort: int = 1,
+                        more_fix_crop: bool = True) -> tuple[int, int, int, int]:
+    """One random crop box (x, y, w, h) of the official multi-scale crop, in pixels of the image.
+
+    Crop sides are ``int(min(w, h) * scale)`` (snapped to ``input_size`` when within 3 px), width
+    and height scale indices differing by at most ``max_distort``; the offset is one of the fixed
+    offsets of :func:`fill_fix_offset`. The caller resizes the box to input_size x input_size.
+
+    Source: ops/transforms.py ``GroupMultiScaleCrop._sample_crop_size`` (fix_crop=True).
+    """
+    base = min(image_w, image_h)
+    sizes = [int(base * s) for s in scales]
+    crop_h = [input_size if abs(x - input_size) < 3 else x for x in sizes]
+    crop_w = [input_size if abs(x - input_size) < 3 else x for x in sizes]
+    pairs = [(w, h) for i, h in enumerate(crop_h) for j, w in enumerate(crop_w)
+             if abs(i - j) <= max_distort]
+    w, h = pairs[int(rng.integers(len(pairs)))]
+    offsets = fill_fix_offset(more_fix_crop, image_w, image_h, w, h)
+    x, y = offsets[int(rng.integers(len(offsets)))]
+    return x, y, w, h
+
+
+def center_crop_box(image_w: int, image_h: int, crop: int) -> tuple[int, int, int, int]:
+    """Centre crop box (x, y, w, h) as torchvision's CenterCrop: offsets round((side - crop) / 2)."""
+    return (int(round((image_w - crop) / 2.0)), int(round((image_h - crop) / 2.0)), crop, crop)
+
+
+def full_res_boxes(image_w: int, image_h: int, crop: int) -> list[tuple[int, int, int, int]]:
+    """Left, right, centre crop boxes (official ``GroupFullResSample`` offsets, no flips)."""
+    w_step = (image_w - crop) // 4
+    h_step = (image_h - crop) // 4
+    return [(0, 2 * h_step, crop, crop), (4 * w_step, 2 * h_step, crop, crop),
+            (2 * w_step, 2 * h_step, crop, crop)]
+
+
+def oversample_boxes(image_w: int, image_h: int, crop: int) -> list[tuple[int, int, int, int]]:
+    """The 5 boxes of official ``GroupOverSample`` (4 corners, centre); each is used unflipped
+    and flipped for 10 crops."""
+    return [(x, y, crop, crop) for x, y in fill_fix_offset(False, image_w, image_h, crop, crop)]
+
+
+def _scaled_size(w: int, h: int, short: int | None) -> tuple[int, int, float]:
+    """(w', h', factor source/scaled) after scaling the short side to ``short`` (torchvision
+    Resize(int) rule: the long side is int(short * long / short_side))."""
+    if short is None:
+        return w, h, 1.0
+    if w <= h:
+        nw, nh = short, int(short * h / w)
+        return nw, nh, w / nw
+    nw, nh = int(short * w / h), short
+    return nw, nh, h / nh
+
+
+class ClipTransform:
+    """uint8 (T, H, W, 3) frames -> normalised float32 (T, 3, S, S) (or (V, T, 3, S, S)).
+
+    Args:
+        mode: "train" (multi-scale crop + flip), "val" (scale + centre crop) or "test".
+        img_size: S, the network input side (224).
+        flip: random horizontal flip in training (p = 0.5).
+        num_crops: test views per clip: 1 (centre), 3 (full resolution, side scale_size) or 10.
+        scale_size: short side for val/test (default img_size * 256 // 224).
+        train_short_side: short side training crops are computed on (default 331 * S / 224,
+            the official Kinetics frame height; None: the decoded frame as is).
+        mean, std: normalisation (ImageNet by default), applied after scaling to [0, 1].
+
+    Call ``t(frames, rng)``; ``rng`` (numpy Generator) supplies every random choice, so one clip
+    gets one crop and one flip decision for all its frames. Raises ValueError for bad options.
+    """
+
+    def __init__(self, mode: str = "train", img_size: int = 224, *, flip: bool = True,
+                 num_crops: int = 1, scale_size: int | None = None,
+                 train_short_side: int | None | str = "auto",
+                 mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD):
+        if mode not in ("train", "val", "test"):
+            raise ValueError(f"mode must be train/val/test, got {mode!r}")
+        if num_crops not in (1, 3, 10):
+            raise ValueError(f"num_crops must be 1, 3 or 10 (official test crops), got {num_crops}")
+        self.mode, self.img_size, self.flip, self.num_crops = mode, img_size, flip, num_crops
+        self.scale_size = scale_size or scale_size_for(img_size)
+        self.train_short_side = (train_short_side_for(img_size) if train_short_side == "auto"
+                                 else train_short_side)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1) * 255.0
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1) * 255.0
+
+    @property
+    def num_views(self) -> int:
+        """Views per clip this transform makes: num_crops in test mode, else 1."""
+        return self.num_crops if self.mode == "test" else 1
+
+    def boxes(self, width: int, height: int, rng: np.random.Generator | None = None
+              ) -> list[tuple[tuple[float, float, float, float], int, bool]]:
+        """The views of a width x height frame: [(source box (x, y, w, h), output side, flip)]."""
+        if self.mode == "train":
+            sw, sh, f = _scaled_size(width, height, self.train_short_side)
+            x, y, w, h = multiscale_crop_box(sw, sh, self.img_size, rng)
+            flip = bool(self.flip and rng.random() < 0.5)
+            return [((x * f, y * f, w * f, h * f), self.img_size, flip)]
+        sw, sh, f = _scaled_size(width, height, self.scale_size)
+        if self.mode == "val" or self.num_crops == 1:
+            views = [(center_crop_box(sw, sh, self.img_size), self.img_size, False)]
+        elif self.num_crops == 3:
+            views = [(b, self.scale_size, False) for b in full_res_boxes(sw, sh, self.scale_size)]
+        else:
+            views = []
+            for b in oversample_boxes(sw, sh, self.img_size):
+                views += [(b, self.img_size, False), (b, self.img_size, True)]
+        return [((x * f, y * f, w * f, h * f), out, fl) for (x, y, w, h), out, fl in views]
+
+    def __call__(self, frames: np.ndarray | torch.Tensor, rng: np.random.Generator | None = None
+                 ) -> torch.Tensor:
+        """Transform one clip (or several clips stacked as (K*T, H, W, 3) for test views).
+
+        Returns float32 (T, 3, S, S) when there is one view, else (V, T, 3, S, S).
+        """
+        x = torch.as_tensor(frames)
+        if x.ndim != 4 or x.shape[-1] != 3:
+            raise ValueError(f"frames must be (T, H, W, 3) uint8, got shape {tuple(x.shape)}")
+        x = x.permute(0, 3, 1, 2)  # (T, 3, H, W), a view
+        height, width = x.shape[-2:]
+        out = []
+        for (bx, by, bw, bh), side, flip in self.boxes(width, height, rng):
+            top, left = int(round(by)), int(round(bx))
+            h, w = max(1, int(round(bh))), max(1, int(round(bw)))
+            v = TF.resized_crop(x, top, left, h, w, [side, side],
+                                interpolation=InterpolationMode.BILINEAR, antialias=True)
+            if flip:
+                v = TF.horizontal_flip(v)
+            out.append((v.float() - self.mean) / self.std)
+        return out[0] if len(out) == 1 else torch.stack(out)
