@@ -144,9 +144,29 @@ def test_bench_inputs_reads_other_benches(tmp_path):
     assert S.bench_inputs(tmp_path) == {"notes": []}
     (tmp_path / "models.json").write_text("{not json")
     assert S.bench_inputs(tmp_path) == {"notes": []}
+    # the columns tsm_ds.bench.models writes
     (tmp_path / "models.json").write_text(json.dumps({"rows": [
-        {"model": "tsm_resnet50", "frames": 8, "params": 24_327_632, "train_clips_per_s": 2.0},
-        {"model": "i3d_resnet50", "frames": 32, "params": 28_200_000, "train_clips_per_s": 0.5}]}))
+        {"model": "TSN-R50", "frames": 8, "params_M": 24.33, "grad_MB_fp32": 97.310528,
+         "train_clips_per_s": 9.0, "GMACs_per_clip": 32.0},
+        {"model": "TSM-R50", "frames": 8, "params_M": 24.33, "grad_MB_fp32": 97.310528,
+         "train_clips_per_s": 2.0, "GMACs_per_clip": 32.7},
+        {"model": "I3D-R50-8f", "frames": 8, "params_M": 28.04, "train_clips_per_s": 3.0},
+        {"model": "I3D-R50-32f", "frames": 32, "params_M": 28.043472, "train_clips_per_s": 0.5,
+         "GMACs_per_clip": 98.1}]}))
     found = S.bench_inputs(tmp_path)
-    assert found["tsm_params"] == 24_327_632 and found["i3d_params"] == 28_200_000
+    assert found["tsm_params"] == 24_327_632            # 97.310528 MB / 4 bytes
+    assert found["i3d_params"] == 28_043_472
     assert found["i3d_compute_ratio_measured"] == pytest.approx(4.0)
+    assert found["i3d_macs_ratio"] == pytest.approx(3.0)
+
+
+def test_model_sizes_match_the_models_package():
+    """The stated parameter counts are the ones build_model gives (400 classes)."""
+    import torch
+
+    from tsm_ds.models import build_model
+
+    for key, arch, t, shift in (("tsm", "resnet50", 8, "bidirectional"), ("i3d", "i3d_resnet50", 32, None)):
+        with torch.device("meta"):  # shapes only: no weight initialisation
+            m = build_model(arch, 400, num_segments=t, shift=shift)
+        assert sum(p.numel() for p in m.parameters() if p.requires_grad) == S.MODELS[key]["params"]

@@ -11,10 +11,13 @@ the set fits in about 10 minutes on a 2-core CPU) and full sizes on a GPU, then 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,7 +37,7 @@ BENCHES: dict[str, tuple[str, str]] = {
 ALL_ORDER: tuple[str, ...] = ("scale", "comm", "data", "models")
 TIME_LIMITS: dict[str, tuple[float, float]] = {
     "models": (330.0, 3600.0), "data": (240.0, 3600.0), "comm": (180.0, 1800.0), "scale": (60.0, 60.0)}
-DEFAULT_OUT = "bench_results"
+DEFAULT_OUT = "bench_out"
 
 
 def _usage() -> str:
@@ -47,34 +50,49 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def _accepts(module_name: str, flag: str) -> bool:
-    """Whether bench ``module_name`` takes ``flag``: asked of its ``build_parser()`` when it has
-    one, otherwise looked up in its source (benches have different owners)."""
+def bench_options(module_name: str) -> set[str]:
+    """Option strings (``--out-dir``, ``--quick``, ...) bench ``module_name`` accepts.
+
+    Asked of its ``build_parser()`` when it has one, else read from its argparse ``--help`` text
+    (``main(["--help"])`` exits before any work); a module without argparse or that fails to
+    import gives an empty set (the subprocess will then show the real error).
+    """
     try:
         module = importlib.import_module(module_name)
-    except Exception:  # noqa: BLE001 - the subprocess will show the real error
-        return False
+    except Exception:  # noqa: BLE001
+        return set()
     build = getattr(module, "build_parser", None)
     if callable(build):
         try:
-            parser = build()
-            return any(flag in a.option_strings for a in parser._actions)
+            return {o for a in build()._actions for o in a.option_strings}
         except Exception:  # noqa: BLE001
             pass
     try:
-        return flag in inspect.getsource(module)
+        if "argparse" not in inspect.getsource(module):
+            return set()
     except (OSError, TypeError):
-        return False
+        return set()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            module.main(["--help"])
+        except SystemExit:
+            pass
+        except Exception:  # noqa: BLE001
+            return set()
+    return set(re.findall(r"(?<![\w-])--[A-Za-z0-9][\w-]*", out.getvalue()))
 
 
 def bench_argv(name: str, out_dir: str, *, quick: bool, extra: Sequence[str] = ()) -> list[str]:
-    """The argument list ``all`` gives bench ``name``: ``--out-dir DIR`` and ``--quick`` when the
-    bench takes them, then ``extra``."""
-    module = BENCHES[name][0]
-    argv = []
-    if _accepts(module, "--out-dir"):
-        argv += ["--out-dir", out_dir]
-    if quick and _accepts(module, "--quick"):
+    """The argument list ``all`` gives bench ``name``: its output-folder flag (``--out-dir`` or
+    ``--out``) with ``out_dir``, ``--quick`` when ``quick`` and the bench takes it, then ``extra``."""
+    opts = bench_options(BENCHES[name][0])
+    argv: list[str] = []
+    for flag in ("--out-dir", "--out", "--output-dir"):
+        if flag in opts:
+            argv += [flag, out_dir]
+            break
+    if quick and "--quick" in opts:
         argv.append("--quick")
     return argv + list(extra)
 
@@ -138,6 +156,20 @@ def _headline(out: Path) -> list[str]:
     from tsm_ds.bench.report import read_report
 
     lines: list[str] = []
+    models = read_report(out / "models.json")
+    if models:
+        rows = {str(r.get("model")): r for r in models["rows"] if isinstance(r, dict)}
+        tsm = rows.get("TSM-R50")
+        if tsm:
+            for other in ("TSN-R50", "I3D-R50-8f", "I3D-R50-32f"):
+                o = rows.get(other)
+                parts = []
+                for kind in ("train", "infer"):
+                    a, b = tsm.get(f"{kind}_clips_per_s"), (o or {}).get(f"{kind}_clips_per_s")
+                    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0:
+                        parts.append(f"{kind} {a / b:.2f}x")
+                if parts:
+                    lines.append(f"- TSM-R50 / {other} throughput (measured here): " + ", ".join(parts))
     scale = read_report(out / "scale.json")
     if scale:
         p, d = scale["meta"].get("prediction", {}), scale["meta"].get("tsm_vs_i3d", {})
@@ -169,10 +201,11 @@ def write_summary(out: Path, results: Sequence[dict[str, Any]], plots: dict[str,
     head = _headline(out)
     if head:
         parts += ["## Key numbers", "", *head, ""]
-    for r in results:
-        md = out / f"{r['bench']}.md"
-        if md.exists() and r["bench"] != "summary":
-            parts += [f"<!-- {md.name} -->", md.read_text().replace("\n## ", "\n### ").strip(), ""]
+    # every bench's markdown (a bench may write several, e.g. models.md + shift_op.md)
+    mains = [out / f"{b}.md" for b in ("models", "data", "comm", "scale")]
+    others = sorted(p for p in out.glob("*.md") if p not in mains and p.name != "summary.md")
+    for md in [p for p in mains if p.exists()] + others:
+        parts += [f"<!-- {md.name} -->", md.read_text().replace("\n## ", "\n### ").strip(), ""]
     parts += ["## Plots", ""]
     for name, v in plots.items():
         parts.append(f"![{name}]({Path(v).name})" if isinstance(v, Path) else f"- {name}: {v}")

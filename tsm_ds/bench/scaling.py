@@ -68,17 +68,18 @@ PAPER: dict[str, Any] = {
     "dataset_size": 240_000,                        # Kinetics-400 training clips, approximately
 }
 
-#: Model sizes (parameters = gradient elements) and per-clip cost relative to TSM-R50 8f.
-#: TSM-R50 24.3 M parameters and 33 GFLOPs per 8-frame clip: TSM paper (Lin et al., ICCV 2019,
-#: Table "efficiency"); I3D-R50 32 frames (inflated ResNet-50 of Wang et al., "Non-local Neural
-#: Networks", 2018): ~28 M parameters (stated estimate, replaced by the models helper's measured
-#: count when ``--from-bench`` finds it). I3D's per-clip compute is the paper's 1.8x throughput gap.
+#: Model sizes (parameters = gradient elements) and per-clip cost relative to TSM-R50 8f, 400
+#: classes, counted from ``tsm_ds.models.build_model`` (tests check they still match):
+#: TSM-R50 24,327,632 parameters, 32.7 GMACs per 8-frame 224 px clip (TSM paper: 24.3 M, 33 G);
+#: I3D-R50 (Wang et al., "Non-local Neural Networks", 2018, I3D_3x1x1) 28,043,472 parameters,
+#: 99.2 GMACs per 32-frame clip (3.03x TSM). I3D's per-clip training time is the paper's measured
+#: 1.8x throughput gap on V100 by default; multiply-adds (3.03x) are a what-if.
 MODELS: dict[str, dict[str, Any]] = {
-    "tsm": {"label": "TSM-R50 8f", "params": 24_300_000, "frames": 8, "compute_ratio": 1.0,
-            "source": "TSM paper: 24.3 M parameters, 33 GFLOPs/clip"},
-    "i3d": {"label": "I3D-R50 32f", "params": 28_000_000, "frames": 32,
-            "compute_ratio": PAPER["tsm_vs_i3d_throughput"],
-            "source": "compute: paper's 1.8x TSM/I3D throughput; parameters: ~28 M (estimate)"},
+    "tsm": {"label": "TSM-R50 8f", "params": 24_327_632, "frames": 8, "compute_ratio": 1.0,
+            "gmacs": 32.70, "source": "build_model('resnet50', 400, num_segments=8)"},
+    "i3d": {"label": "I3D-R50 32f", "params": 28_043_472, "frames": 32,
+            "compute_ratio": PAPER["tsm_vs_i3d_throughput"], "gmacs": 99.24,
+            "source": "build_model('i3d_resnet50', 400, num_segments=32); compute: paper's 1.8x"},
 }
 
 
@@ -386,46 +387,64 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def _find_row(rows: list[dict[str, Any]], family: str, frames: int) -> dict[str, Any] | None:
+    for row in rows:
+        name = str(row.get("model") or row.get("name") or row.get("arch") or "").lower()
+        t = row.get("frames", row.get("num_segments"))
+        if family in name and (t == frames or (t is None and f"{frames}f" in name)) \
+                and (family != "tsm" or "50" in name):
+            return row
+    return None
+
+
 def bench_inputs(bench_dir: Path) -> dict[str, Any]:
     """Numbers the scaling model can take from the other benches' JSON files in ``bench_dir``.
 
-    Reads ``models.json`` (parameters of TSM-R50 and I3D-R50, their training throughput ratio on
-    the machine that ran it) and ``data.json`` (decode throughput of the clip loader). Unknown or
-    missing files give an empty dict entry; nothing here raises.
+    ``models.json`` (``tsm-ds bench models``): rows ``model`` ("TSM-R50", "I3D-R50-32f"),
+    ``frames``, ``grad_MB_fp32`` (or ``params_M`` / ``params``), ``train_clips_per_s``,
+    ``GMACs_per_clip``. Gradient elements of TSM-R50 8f and I3D-R50 32f, and their training
+    throughput and multiply-add ratios measured on the machine that ran the bench.
+    ``data.json`` (``tsm-ds bench data``): a decode rate in frames/s per core when it reports one.
+    Missing or unreadable files give fewer keys; nothing here raises.
 
     Returns:
-        {"tsm_params", "i3d_params", "i3d_compute_ratio_measured", "decode_fps_per_core", "notes"}
-        with the keys that were found.
+        {"tsm_params", "i3d_params", "i3d_compute_ratio_measured", "i3d_macs_ratio",
+        "decode_fps_per_core", "notes": [str]} with the keys that were found.
     """
     found: dict[str, Any] = {"notes": []}
     models = _load_json(bench_dir / "models.json")
-    if models:
-        tsm_row = i3d_row = None
-        for row in models.get("rows", []):
-            name = str(row.get("model") or row.get("name") or row.get("arch") or "").lower()
-            frames = row.get("frames", row.get("num_segments"))
-            if "tsm" in name and ("50" in name) and frames in (8, None) and tsm_row is None:
-                tsm_row = row
-            if "i3d" in name and frames in (32, None) and i3d_row is None:
-                i3d_row = row
-        for key, row in (("tsm", tsm_row), ("i3d", i3d_row)):
-            if row is not None and _num(row.get("params")):
-                found[f"{key}_params"] = int(row["params"])
-        if tsm_row is not None and i3d_row is not None:
-            for k in ("train_clips_per_s", "train_clips_s", "train_throughput"):
-                a, b = _num(tsm_row.get(k)), _num(i3d_row.get(k))
-                if a and b:
-                    found["i3d_compute_ratio_measured"] = a / b
-                    found["notes"].append(f"models.json: TSM/I3D training throughput {a / b:.2f}x ({k})")
-                    break
+    rows = [r for r in (models or {}).get("rows", []) if isinstance(r, dict)]
+    tsm_row, i3d_row = _find_row(rows, "tsm", 8), _find_row(rows, "i3d", 32)
+    for key, row in (("tsm", tsm_row), ("i3d", i3d_row)):
+        if row is None:
+            continue
+        if _num(row.get("grad_MB_fp32")):
+            found[f"{key}_params"] = int(round(row["grad_MB_fp32"] * 1e6 / 4))
+        elif _num(row.get("params_M")):
+            found[f"{key}_params"] = int(round(row["params_M"] * 1e6))
+        elif _num(row.get("params")):
+            found[f"{key}_params"] = int(row["params"])
+    if tsm_row is not None and i3d_row is not None:
+        a, b = _num(tsm_row.get("train_clips_per_s")), _num(i3d_row.get("train_clips_per_s"))
+        if a and b:
+            found["i3d_compute_ratio_measured"] = a / b
+            found["notes"].append(
+                f"models.json: TSM/I3D-32f training throughput {a / b:.2f}x here "
+                f"({tsm_row.get('img_size', '?')} px, batch {tsm_row.get('batch', '?')})")
+        a, b = _num(tsm_row.get("GMACs_per_clip")), _num(i3d_row.get("GMACs_per_clip"))
+        if a and b:
+            found["i3d_macs_ratio"] = b / a
+            found["notes"].append(f"models.json: I3D-32f/TSM multiply-adds per clip {b / a:.2f}x")
     data = _load_json(bench_dir / "data.json")
-    if data:
-        for row in data.get("rows", []):
-            v = _num(row.get("frames_per_s_per_core") or row.get("decode_fps_per_core"))
-            if v:
-                found["decode_fps_per_core"] = v
-                found["notes"].append(f"data.json: {v:.0f} decoded frames/s per core ({row.get('loader', row.get('name', '?'))})")
-                break
+    for row in (data or {}).get("rows", []):
+        if not isinstance(row, dict):
+            continue
+        v = _num(row.get("frames_per_s_per_core") or row.get("decode_fps_per_core"))
+        if v:
+            found["decode_fps_per_core"] = v
+            found["notes"].append(f"data.json: {v:.0f} decoded frames/s per core "
+                                  f"({row.get('loader', row.get('name', '?'))})")
+            break
     return found
 
 
@@ -451,7 +470,8 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
               target_gpus: int = PAPER["large_scale_gpus"],
               paper_time_s: float | None = PAPER["large_scale_time_s"],
               whatif_clusters: Sequence[Cluster] = (CLUSTERS["h100"], CLUSTERS["h200"]),
-              calib_workload: Workload | None = None) -> ScalingResult:
+              calib_workload: Workload | None = None,
+              extra_whatifs: Sequence[tuple[str, Workload]] = ()) -> ScalingResult:
     """Calibrate on the single-node time, predict ``target_gpus``, draw the curves and what-ifs.
 
     Args:
@@ -464,6 +484,7 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
         whatif_clusters: other GPU generations for the what-if table.
         calib_workload: the workload the calibration time was measured with (default ``tsm``);
             e.g. TSM-R50 8f when ``tsm`` is a 16-frame model to be predicted.
+        extra_whatifs: (name, workload) pairs evaluated on ``cluster`` at ``target_gpus``.
 
     Returns:
         ScalingResult.
@@ -572,6 +593,7 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
                     ("1 CPU core per GPU", replace(cluster, cpu_cores_per_gpu=1.0)),
                     ("shared storage 5 GB/s (NFS-class filer)", replace(cluster, storage_bw_total=5 * GB))):
         whatifs += [whatif(name, tsm, c, n), whatif(name, i3d, c, n)]
+    whatifs += [whatif(name, w, cluster, n) for name, w in extra_whatifs]
     for c in whatif_clusters:
         for name, w in (("fp32 comm", tsm), ("bf16 comm", replace(tsm, bytes_per_element=2.0))):
             nn = math.ceil(n / c.gpus_per_node) * c.gpus_per_node
@@ -635,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Analytic scaling model: calibrated on the paper's single-node time, predicts the "
         "1,536-GPU time with its error, TSM vs I3D, what-ifs. Writes scale.json, scale.md, "
         "scaling.png."))
-    ap.add_argument("--out-dir", default="bench_results", help="output folder (default %(default)s)")
+    ap.add_argument("--out-dir", "--out", dest="out_dir", default="bench_out", help="output folder (default %(default)s)")
     ap.add_argument("--from-bench", metavar="DIR", default=None,
                     help="read models.json / data.json from DIR (default: --out-dir) for parameters, "
                          "the measured TSM/I3D ratio and decode speed; missing files are fine")
@@ -731,9 +753,15 @@ def main(argv: list[str] | None = None) -> int:
             calib_time = probe["train_time_s"]
         else:
             calib_time = args.calib_time_s
+        macs = found.get("i3d_macs_ratio", MODELS["i3d"]["gmacs"] / MODELS["tsm"]["gmacs"])
+        extra = [(f"I3D compute by multiply-adds ({macs:.2f}x)", replace(i3d, compute_ratio=macs))]
+        if "i3d_compute_ratio_measured" in found:
+            m = found["i3d_compute_ratio_measured"]
+            extra.append((f"I3D compute by this machine's measured ratio ({m:.2f}x)",
+                          replace(i3d, compute_ratio=m)))
         res = run_model(tsm, i3d, cluster, counts=counts, calib_gpus=args.calib_gpus,
                         calib_time_s=calib_time, target_gpus=args.gpus, paper_time_s=paper_time,
-                        calib_workload=ref)
+                        calib_workload=ref, extra_whatifs=extra)
     except ValueError as e:
         print(f"tsm-ds bench scale: {e}", file=sys.stderr)
         return 2
@@ -746,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         "gradient": f"TSM {tsm_params / 1e6:.2f} M / I3D {i3d_params / 1e6:.2f} M elements x "
                     f"{args.bytes_per_element:g} bytes; 25 MiB buckets"
                     + (" (parameters from models.json)" if "i3d_params" in found else
-                       " (stated figures: TSM paper 24.3 M; I3D-R50 ~28 M estimate)"),
+                       " (counted from build_model: TSM-R50 24.33 M, I3D-R50 28.04 M)"),
         "i3d_compute": f"{i3d_ratio:g}x TSM per clip ("
                        + ("--i3d-ratio" if args.i3d_ratio else "paper's 1.8x throughput") + ")"
                        + (f"; measured here: {found['i3d_compute_ratio_measured']:.2f}x"
