@@ -99,9 +99,12 @@ def test_prediction_is_computed_not_copied():
     assert all(t != 853 for t in times)
     slower = S.run_model(w, i3d, replace(c, inter_latency=50e-6), counts=[6, 1536])
     assert slower.prediction["train_time_s"] > S.run_model(w, i3d, c, counts=[6, 1536]).prediction["train_time_s"]
-    # the recipe's epochs change both the calibration and the prediction, the ratio stays
-    r40 = S.run_model(replace(w, epochs=40), replace(i3d, epochs=40), c, counts=[6, 1536])
-    assert r40.prediction["train_time_s"] != pytest.approx(times[2])
+    # with the same epochs at both scales, epochs cancel except in the communication term:
+    # T(1536) = 20/5000 * T(6) + epochs * 20 * (comm(1536) - comm(6)), linear in epochs
+    t = {e: S.run_model(replace(w, epochs=e), replace(i3d, epochs=e), c, counts=[6, 1536])
+         .prediction["train_time_s"] for e in (25, 50, 100)}
+    assert t[100] - t[50] == pytest.approx(2 * (t[50] - t[25]), rel=1e-9)
+    assert t[25] > 20 / 5000 * 179_700
 
 
 def test_curve_monotone_and_tsm_vs_i3d():
@@ -170,3 +173,17 @@ def test_model_sizes_match_the_models_package():
         with torch.device("meta"):  # shapes only: no weight initialisation
             m = build_model(arch, 400, num_segments=t, shift=shift)
         assert sum(p.numel() for p in m.parameters() if p.requires_grad) == S.MODELS[key]["params"]
+
+
+def test_calibrate_on_summit_predict_h100():
+    w = tsm_workload()
+    summit, h100 = S.CLUSTERS["summit"], S.CLUSTERS["h100"]
+    res = S.run_model(w, w, h100, counts=[6, 1536], calib_cluster=summit, paper_time_s=None)
+    ref = res.calibration["ref_compute_s_per_step"]
+    assert res.calibration["model_time_s"] == pytest.approx(179_700, rel=1e-12)
+    assert res.prediction["compute_s"] == pytest.approx(ref / h100.compute_speedup, rel=1e-12)
+    assert "error_pct" not in res.prediction and res.sensitivity == []
+    # 1,536 GPUs on 8-GPU nodes: 192 nodes in the inter-node ring
+    b = 24_300_000 * 4.0
+    assert res.prediction["comm_inter_s"] == pytest.approx(
+        2 * 191 / 192 * b / 400e9 + 2 * 191 * 5e-6 * math.ceil(b / (25 * 2**20)), rel=1e-12)

@@ -471,7 +471,8 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
               paper_time_s: float | None = PAPER["large_scale_time_s"],
               whatif_clusters: Sequence[Cluster] = (CLUSTERS["h100"], CLUSTERS["h200"]),
               calib_workload: Workload | None = None,
-              extra_whatifs: Sequence[tuple[str, Workload]] = ()) -> ScalingResult:
+              extra_whatifs: Sequence[tuple[str, Workload]] = (),
+              calib_cluster: Cluster | None = None) -> ScalingResult:
     """Calibrate on the single-node time, predict ``target_gpus``, draw the curves and what-ifs.
 
     Args:
@@ -485,6 +486,9 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
         calib_workload: the workload the calibration time was measured with (default ``tsm``);
             e.g. TSM-R50 8f when ``tsm`` is a 16-frame model to be predicted.
         extra_whatifs: (name, workload) pairs evaluated on ``cluster`` at ``target_gpus``.
+        calib_cluster: hardware the calibration time was measured on (default ``cluster``); its
+            ``compute_speedup`` normalises the fitted compute, so a Summit calibration can predict
+            an H100 cluster.
 
     Returns:
         ScalingResult.
@@ -493,22 +497,26 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
         ValueError: from :func:`calibrate`.
     """
     cw = calib_workload or tsm
-    ref = calibrate(cw, cluster, gpus=calib_gpus, time_s=calib_time_s)
-    check = step_breakdown(cw, cluster, calib_gpus, ref)
+    cc = calib_cluster or cluster
+    ref = calibrate(cw, cc, gpus=calib_gpus, time_s=calib_time_s)
+    check = step_breakdown(cw, cc, calib_gpus, ref)
     calibration = {
-        "gpus": calib_gpus, "paper_time_s": calib_time_s, "model_time_s": check["train_time_s"],
+        "gpus": calib_gpus, "cluster": cc.name, "paper_time_s": calib_time_s,
+        "model_time_s": check["train_time_s"],
         "ref_compute_s_per_step": ref,
         "ref_clips_per_s_per_gpu": cw.batch_per_gpu / ref,
         "steps": cw.epochs * check["steps_per_epoch"], "workload": cw.label,
         "comm_s_per_step": check["comm_s"], "load_s_per_step": check["load_s"],
     }
     pred = step_breakdown(tsm, cluster, target_gpus, ref)
+    small = step_breakdown(tsm, cluster, calib_gpus, ref)   # same workload and hardware, few GPUs
     prediction = {"gpus": target_gpus, **{k: pred[k] for k in (
         "train_time_s", "step_s", "compute_s", "comm_s", "comm_intra_s", "comm_inter_s",
         "comm_exposed_s", "load_s", "bound", "steps_per_epoch")},
         "train_time": format_duration(pred["train_time_s"]),
-        "speedup_vs_calibration": calib_time_s / pred["train_time_s"],
-        "efficiency": calib_time_s * calib_gpus / (pred["train_time_s"] * target_gpus)}
+        "model": tsm.label, "cluster": cluster.name,
+        "speedup_vs_calibration": small["train_time_s"] / pred["train_time_s"],
+        "efficiency": small["train_time_s"] * calib_gpus / (pred["train_time_s"] * target_gpus)}
     if paper_time_s:
         prediction["paper_time_s"] = paper_time_s
         prediction["paper_time"] = format_duration(paper_time_s)
@@ -662,14 +670,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="read models.json / data.json from DIR (default: --out-dir) for parameters, "
                          "the measured TSM/I3D ratio and decode speed; missing files are fine")
     ap.add_argument("--cluster", choices=sorted(CLUSTERS), default="summit",
-                    help="hardware preset of the calibration and prediction (default %(default)s)")
+                    help="hardware preset of the prediction (default %(default)s)")
+    ap.add_argument("--calib-cluster", choices=sorted(CLUSTERS), default="summit",
+                    help="hardware the calibration time was measured on (default %(default)s: "
+                         "the paper's single node)"),
     ap.add_argument("--gpus", type=int, default=PAPER["large_scale_gpus"], help="GPUs to predict")
     ap.add_argument("--gpus-per-node", type=int, default=None)
     ap.add_argument("--calib-gpus", type=int, default=PAPER["single_node_gpus"])
     ap.add_argument("--calib-time-s", type=float, default=PAPER["single_node_time_s"],
                     help="measured training time at --calib-gpus (default: paper's 49 h 55 min)")
     ap.add_argument("--gpu-throughput", type=float, default=None, metavar="CLIPS_PER_S",
-                    help="given per-GPU training throughput of TSM-R50 8f instead of calibrating")
+                    help="given training throughput of TSM-R50 8f per GPU of --cluster (clips/s) "
+                         "instead of the calibration time")
     ap.add_argument("--inter-bandwidth", type=float, default=None, metavar="GB_PER_S",
                     help="network bytes/s per node in GB/s (Summit 23)")
     ap.add_argument("--intra-bandwidth", type=float, default=None, metavar="GB_PER_S",
@@ -727,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
         over["inter_latency"] = args.latency_us * 1e-6
     if over:
         cluster = replace(cluster, name=cluster.name + "*", **over)
+    calib_cluster = cluster if args.calib_cluster == args.cluster else CLUSTERS[args.calib_cluster]
 
     decode = args.decode_fps_per_core or 200.0
     common = dict(dataset_size=args.dataset_size, epochs=args.epochs, batch_per_gpu=args.batch_per_gpu,
@@ -740,17 +753,16 @@ def main(argv: list[str] | None = None) -> int:
     tsm = replace(ref, label=f"TSM-R50 {args.frames}f", frames=args.frames, compute_ratio=args.frames / 8)
     i3d = Workload(label="I3D-R50 32f", params=i3d_params, frames=32, compute_ratio=i3d_ratio, **common)
 
-    paper_time = PAPER["large_scale_time_s"] if (args.gpus == PAPER["large_scale_gpus"] and args.frames == 8
-                                                 and args.cluster == "summit") else None
+    paper_time = PAPER["large_scale_time_s"] if (
+        args.gpus == PAPER["large_scale_gpus"] and args.frames == 8 and args.cluster == "summit") else None
     counts = gpu_counts(args.calib_gpus, max(args.max_gpus, args.gpus), cluster.gpus_per_node)
     if args.gpus not in counts:
         counts = sorted(set(counts) | {args.gpus})
     try:
         if args.gpu_throughput:
-            # given throughput: skip the fit, feed it as calib time of the reference workload
-            calib_step = ref.batch_per_gpu / args.gpu_throughput
-            probe = step_breakdown(ref, cluster, args.calib_gpus, calib_step)
-            calib_time = probe["train_time_s"]
+            # given throughput: the calibration time it implies (run_model fits it back exactly)
+            ref_compute = ref.batch_per_gpu / args.gpu_throughput * cluster.compute_speedup
+            calib_time = step_breakdown(ref, calib_cluster, args.calib_gpus, ref_compute)["train_time_s"]
         else:
             calib_time = args.calib_time_s
         macs = found.get("i3d_macs_ratio", MODELS["i3d"]["gmacs"] / MODELS["tsm"]["gmacs"])
@@ -761,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
                           replace(i3d, compute_ratio=m)))
         res = run_model(tsm, i3d, cluster, counts=counts, calib_gpus=args.calib_gpus,
                         calib_time_s=calib_time, target_gpus=args.gpus, paper_time_s=paper_time,
-                        calib_workload=ref, extra_whatifs=extra)
+                        calib_workload=ref, extra_whatifs=extra, calib_cluster=calib_cluster)
     except ValueError as e:
         print(f"tsm-ds bench scale: {e}", file=sys.stderr)
         return 2
@@ -801,8 +813,9 @@ def main(argv: list[str] | None = None) -> int:
 
         png = plot_scaling(json_path, out / "scaling.png")
     p = res.prediction
-    print(f"calibrated: {res.calibration['ref_clips_per_s_per_gpu']:.2f} clips/s per GPU "
-          f"({res.calibration['ref_compute_s_per_step'] * 1e3:.1f} ms per step of {ref.batch_per_gpu})")
+    print(f"calibrated: {res.calibration['ref_clips_per_s_per_gpu']:.2f} training clips/s per "
+          f"{calib_cluster.name} GPU ({res.calibration['ref_compute_s_per_step'] * 1e3:.1f} ms per step "
+          f"of {ref.batch_per_gpu} clips; x{cluster.compute_speedup:g} on {cluster.name})")
     line = f"predicted {args.gpus} GPUs: {format_duration(p['train_time_s'])} ({p['train_time_s']:.0f} s)"
     if "error_pct" in p:
         line += f"; paper {p['paper_time']} -> error {p['error_pct']:+.1f} %"
