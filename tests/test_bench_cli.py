@@ -102,3 +102,24 @@ def test_report_atomic_and_read(tmp_path):
     (tmp_path / "bad.json").write_text('{"rows": 3}')
     assert report.read_report(tmp_path / "bad.json") is None
     assert report.read_report(tmp_path / "absent.json") is None
+
+
+def test_summary_collects_headline_numbers(tmp_path):
+    report.write_report("models", [
+        {"model": "TSM-R50", "frames": 8, "train_clips_per_s": 0.5, "infer_clips_per_s": 2.0},
+        {"model": "TSN-R50", "frames": 8, "train_clips_per_s": 0.625, "infer_clips_per_s": 2.5},
+        {"model": "I3D-R50-32f", "frames": 32, "train_clips_per_s": 0.125, "infer_clips_per_s": 0.4}],
+        tmp_path)
+    report.write_report("comm", [{"method": "fp32", "bytes_sent_per_rank": 97.3e6, "time_ms": 400.0},
+                                 {"method": "onebit", "bytes_sent_per_rank": 3.05e6, "time_ms": 200.0}],
+                        tmp_path, meta={"world_size": 2})
+    report.write_report("shift_op", [{"op": "inplace", "median_s": 0.01}], tmp_path)
+    results = [{"bench": "models", "argv": "--out X", "rc": 0, "seconds": 1.0, "status": "ok"},
+               {"bench": "comm", "argv": "", "rc": 1, "seconds": 2.0, "status": "failed (exit 1)"}]
+    md = cli.write_summary(tmp_path, results, plots.make_plots(tmp_path), quick=True, started=0.0)
+    text = md.read_text()
+    assert "- TSM-R50 / TSN-R50 throughput (measured here): train 0.80x, infer 0.80x" in text
+    assert "- TSM-R50 / I3D-R50-32f throughput (measured here): train 4.00x, infer 5.00x" in text
+    assert "fp32 97.30 MB (400 ms), onebit 3.05 MB (200 ms)" in text
+    assert "failed (exit 1)" in text and "<!-- shift_op.md -->" in text
+    assert "![models](models_throughput.png)" in text and "![comm](comm_bytes.png)" in text

@@ -161,6 +161,11 @@ def test_bench_inputs_reads_other_benches(tmp_path):
     assert found["i3d_params"] == 28_043_472
     assert found["i3d_compute_ratio_measured"] == pytest.approx(4.0)
     assert found["i3d_macs_ratio"] == pytest.approx(3.0)
+    # the columns tsm_ds.bench.comm writes
+    (tmp_path / "comm.json").write_text(json.dumps({"meta": {"world_size": 2}, "rows": [
+        {"method": "fp32", "bytes_sent_per_rank": 97.3e6, "bytes_ratio_vs_fp32": 1.0},
+        {"method": "onebit", "bytes_sent_per_rank": 3.05e6, "bytes_ratio_vs_fp32": 31.9}]}))
+    assert S.bench_inputs(tmp_path)["onebit_ratio"] == 31.9
 
 
 def test_model_sizes_match_the_models_package():

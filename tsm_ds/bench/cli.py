@@ -170,6 +170,15 @@ def _headline(out: Path) -> list[str]:
                         parts.append(f"{kind} {a / b:.2f}x")
                 if parts:
                     lines.append(f"- TSM-R50 / {other} throughput (measured here): " + ", ".join(parts))
+    comm = read_report(out / "comm.json")
+    if comm:
+        parts = [f"{r['method']} {r['bytes_sent_per_rank'] / 1e6:.2f} MB"
+                 + (f" ({r['time_ms']:.0f} ms)" if isinstance(r.get("time_ms"), (int, float)) else "")
+                 for r in comm["rows"] if isinstance(r, dict) and r.get("method")
+                 and isinstance(r.get("bytes_sent_per_rank"), (int, float))]
+        if parts:
+            lines.append(f"- gradient bytes sent per rank per step (world size "
+                         f"{comm['meta'].get('world_size', '?')}, measured here): " + ", ".join(parts))
     scale = read_report(out / "scale.json")
     if scale:
         p, d = scale["meta"].get("prediction", {}), scale["meta"].get("tsm_vs_i3d", {})

@@ -404,12 +404,13 @@ def bench_inputs(bench_dir: Path) -> dict[str, Any]:
     ``frames``, ``grad_MB_fp32`` (or ``params_M`` / ``params``), ``train_clips_per_s``,
     ``GMACs_per_clip``. Gradient elements of TSM-R50 8f and I3D-R50 32f, and their training
     throughput and multiply-add ratios measured on the machine that ran the bench.
+    ``comm.json`` (``tsm-ds bench comm``): the 1-bit row's ``bytes_ratio_vs_fp32``.
     ``data.json`` (``tsm-ds bench data``): a decode rate in frames/s per core when it reports one.
     Missing or unreadable files give fewer keys; nothing here raises.
 
     Returns:
         {"tsm_params", "i3d_params", "i3d_compute_ratio_measured", "i3d_macs_ratio",
-        "decode_fps_per_core", "notes": [str]} with the keys that were found.
+        "onebit_ratio", "decode_fps_per_core", "notes": [str]} with the keys that were found.
     """
     found: dict[str, Any] = {"notes": []}
     models = _load_json(bench_dir / "models.json")
@@ -435,6 +436,12 @@ def bench_inputs(bench_dir: Path) -> dict[str, Any]:
         if a and b:
             found["i3d_macs_ratio"] = b / a
             found["notes"].append(f"models.json: I3D-32f/TSM multiply-adds per clip {b / a:.2f}x")
+    comm = _load_json(bench_dir / "comm.json")
+    for row in (comm or {}).get("rows", []):
+        if isinstance(row, dict) and row.get("method") == "onebit" and _num(row.get("bytes_ratio_vs_fp32")):
+            found["onebit_ratio"] = float(row["bytes_ratio_vs_fp32"])
+            found["notes"].append(f"comm.json: 1-bit sends {found['onebit_ratio']:.1f}x fewer bytes than fp32 "
+                                  f"(world size {(comm.get('meta') or {}).get('world_size', '?')})")
     data = _load_json(bench_dir / "data.json")
     for row in (data or {}).get("rows", []):
         if not isinstance(row, dict):
@@ -472,7 +479,8 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
               whatif_clusters: Sequence[Cluster] = (CLUSTERS["h100"], CLUSTERS["h200"]),
               calib_workload: Workload | None = None,
               extra_whatifs: Sequence[tuple[str, Workload]] = (),
-              calib_cluster: Cluster | None = None) -> ScalingResult:
+              calib_cluster: Cluster | None = None,
+              onebit_ratio: float | None = None) -> ScalingResult:
     """Calibrate on the single-node time, predict ``target_gpus``, draw the curves and what-ifs.
 
     Args:
@@ -489,6 +497,8 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
         calib_cluster: hardware the calibration time was measured on (default ``cluster``); its
             ``compute_speedup`` normalises the fitted compute, so a Summit calibration can predict
             an H100 cluster.
+        onebit_ratio: fp32 bytes / 1-bit bytes per step (``bench comm`` measures it); default:
+            32 with one fp32 scale per 65,536-element chunk (tsm_ds.engine.compression's layout).
 
     Returns:
         ScalingResult.
@@ -583,7 +593,10 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
                                 "train_time": format_duration(r["train_time_s"]),
                                 "error_pct": 100.0 * (r["train_time_s"] - paper_time_s) / paper_time_s,
                                 "comm_exposed_ms": 1e3 * r["comm_exposed_s"]})
-    one_bit = dict(compression=32.0, compression_overhead_bytes=8.0 * n)  # a scale per chunk pair
+    if onebit_ratio:
+        one_bit: dict[str, float] = dict(compression=onebit_ratio)
+    else:  # sign bits + one fp32 scale per 65,536-element chunk, as the ring payload
+        one_bit = dict(compression=32.0, compression_overhead_bytes=4.0 * math.ceil(tsm.params / 65536))
     whatifs = [
         whatif("baseline fp32 comm", tsm, cluster, n),
         whatif("bf16 comm", replace(tsm, bytes_per_element=2.0), cluster, n),
@@ -773,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
                           replace(i3d, compute_ratio=m)))
         res = run_model(tsm, i3d, cluster, counts=counts, calib_gpus=args.calib_gpus,
                         calib_time_s=calib_time, target_gpus=args.gpus, paper_time_s=paper_time,
-                        calib_workload=ref, extra_whatifs=extra, calib_cluster=calib_cluster)
+                        calib_workload=ref, extra_whatifs=extra, calib_cluster=calib_cluster,
+                        onebit_ratio=found.get("onebit_ratio"))
     except ValueError as e:
         print(f"tsm-ds bench scale: {e}", file=sys.stderr)
         return 2
@@ -795,7 +809,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{decode:g} frames/s per core" + (" (data.json)" if args.decode_fps_per_core is None
                                                    and "decode_fps_per_core" in found else " (assumption)"),
         "overlap": f"{args.overlap:g} (0 = communication not hidden behind backward)",
-        "1-bit": "bytes/32 + 8 bytes x world size of scales per step; its fp32 warm-up stage ignored",
+        "1-bit": (f"fp32 bytes / {found['onebit_ratio']:.2f} (comm.json)" if "onebit_ratio" in found else
+                  "bytes/32 + one fp32 scale per 65,536 elements") + "; same 2(n-1)/n form as the ring "
+                  "(all-to-all + all-gather); its fp32 warm-up stage is ignored",
         "bench_notes": "; ".join(found["notes"]) or "no bench JSON found",
     }
     rows = res.curve
