@@ -794,7 +794,8 @@ def main(argv: list[str] | None = None) -> int:
 
     res.assumptions = {
         "paper": PAPER["source"] + "; 6 V100 49 h 55 min (calibration), 1,536 V100 14 min 13 s (predicted)",
-        "epochs": f"{args.epochs} (official TSM Kinetics recipe; assumed equal at 6 and 1,536 GPUs)",
+        "epochs": f"{args.epochs} (official TSM Kinetics recipe; assumed equal at 6 and 1,536 GPUs, so "
+                  "epochs cancel from the prediction except in the communication term)",
         "dataset_size": f"{args.dataset_size} Kinetics-400 training clips (approximate)",
         "cluster": cluster.source,
         "gradient": f"TSM {tsm_params / 1e6:.2f} M / I3D {i3d_params / 1e6:.2f} M elements x "
