@@ -321,6 +321,7 @@ class Trainer:
             if self.global_step >= self.total_steps:
                 break
             micro_i = skip_micro if epoch == start_epoch else 0
+            eng.train()  # the model's own train() (partial BN / frozen BN overrides apply)
             self.sampler.set_epoch(epoch)
             self.sampler.skip = micro_i * self.micro
             if hasattr(self.train_set, "set_epoch"):
