@@ -42,9 +42,8 @@ def test_pack_signs_matches_numpy_packbits_and_unpack_is_exact():
     signs = unpack_signs(packed, torch.float64)
     ref = np.where(x.numpy() >= 0, 1.0, -1.0)
     np.testing.assert_array_equal(signs.numpy(), ref)
-    # the torch bit-op path used on GPUs gives the same bytes and bits
+    # the torch bit-op path used on GPUs gives the same bytes
     assert torch.equal(C._pack_bits_torch(x >= 0), packed)
-    assert torch.equal(C._unpack_bits_torch(packed), torch.from_numpy(np.unpackbits(expect)))
     # known byte: + - + + - - - + -> 0b10110001
     assert pack_signs(torch.tensor([1., -1, 2, 0, -3, -1, -2, 5])).tolist() == [0b10110001]
 

@@ -178,7 +178,11 @@ def pack_signs(x: torch.Tensor) -> torch.Tensor:
     """
     if x.dim() != 1 or x.numel() % 8:
         raise ValueError(f"pack_signs needs a 1-D tensor with numel % 8 == 0, got shape {tuple(x.shape)}")
-    bits = x >= 0
+    return _pack_bool(x >= 0)
+
+
+def _pack_bool(bits: torch.Tensor) -> torch.Tensor:
+    """bool (8m,) -> uint8 (m,), numpy.packbits order (numpy on CPU, torch bit ops elsewhere)."""
     if bits.device.type == "cpu":
         return torch.from_numpy(np.packbits(bits.numpy()))
     return _pack_bits_torch(bits)
@@ -190,25 +194,36 @@ def _pack_bits_torch(bits: torch.Tensor) -> torch.Tensor:
     return (bits.view(-1, 8).to(torch.uint8) * weights).sum(1, dtype=torch.uint8)
 
 
-def _unpack_bits_torch(packed: torch.Tensor) -> torch.Tensor:
-    """uint8 (m,) -> uint8 (8m,) of 0/1, numpy.unpackbits order, with torch ops (GPU path)."""
-    shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
-    return ((packed.unsqueeze(1) >> shifts) & 1).reshape(-1)
+_SIGN_TABLES: dict[tuple[torch.dtype, str], torch.Tensor] = {}
 
 
-def unpack_signs(packed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def _sign_table(dtype: torch.dtype, device) -> torch.Tensor:
+    """(256, 8) table: row b holds the +1/-1 of byte b's bits, most significant first."""
+    key = (dtype, str(device))
+    if key not in _SIGN_TABLES:
+        bits = torch.from_numpy(np.unpackbits(np.arange(256, dtype=np.uint8)).reshape(256, 8))
+        _SIGN_TABLES[key] = bits.to(dtype).mul_(2).sub_(1).to(device)
+    return _SIGN_TABLES[key]
+
+
+def unpack_signs(packed: torch.Tensor, dtype: torch.dtype = torch.float32, *,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
     """Inverse of :func:`pack_signs`: uint8 (m,) -> ``dtype`` (8m,) of +1.0 / -1.0.
+
+    One table lookup per byte (no intermediate 0/1 tensor); ``out`` (8m,) avoids a new allocation
+    (on CPU, fresh 100 MB buffers cost more in page faults than the arithmetic).
 
     Raises:
         ValueError: ``packed`` is not a 1-D uint8 tensor.
     """
     if packed.dtype != torch.uint8 or packed.dim() != 1:
         raise ValueError(f"unpack_signs needs a 1-D uint8 tensor, got {packed.dtype} {tuple(packed.shape)}")
-    if packed.device.type == "cpu":
-        bits = torch.from_numpy(np.unpackbits(packed.numpy()))
-    else:
-        bits = _unpack_bits_torch(packed)
-    return bits.to(dtype).mul_(2).sub_(1)
+    table = _sign_table(dtype, packed.device)
+    idx = packed.to(torch.int32)
+    if out is None:
+        return table.index_select(0, idx).view(-1)
+    torch.index_select(table, 0, idx, out=out.view(-1, 8))
+    return out
 
 
 @dataclass(frozen=True)
@@ -257,6 +272,40 @@ class ChunkLayout:
         return (self.n - starts).clamp(0, self.c).to(dtype=dtype, device=device)
 
 
+def chunk_scales(v: torch.Tensor, counts: torch.Tensor, c: int) -> torch.Tensor:
+    """Per-chunk scales ``||v_chunk||_2 / sqrt(count)`` of a 1-D tensor (m,) in chunks of ``c``.
+
+    ``counts`` (m/c,) are the real elements per chunk (padding holds zeros and is not counted);
+    a chunk with count 0 gets scale 0. Source: 1-bit Adam's ``worker_scale`` (Tang et al. 2021).
+    """
+    norms = torch.linalg.vector_norm(v.view(-1, c), dim=1)
+    return norms.div_(counts.to(v.dtype).clamp(min=1).sqrt())
+
+
+def quantise_(v: torch.Tensor, scales: torch.Tensor, c: int, n_valid: int, *,
+              q_buf: torch.Tensor | None = None, bits_buf: torch.Tensor | None = None) -> torch.Tensor:
+    """Scaled-sign step in place: returns the packed signs of ``v`` and turns ``v`` into the error.
+
+    Args:
+        v: 1-D float tensor (m,), m a multiple of c; becomes ``v - scale * sign(v)`` (the
+            compression error), with 0 at padding positions (index >= n_valid).
+        scales: (m/c,) from :func:`chunk_scales`.
+        c: chunk length.
+        n_valid: real elements at the front of ``v``.
+        q_buf, bits_buf: optional scratch tensors (m,) of v's dtype and bool.
+
+    Returns:
+        uint8 (m/8,): bit 1 where v >= 0 (sign(0) = +1, as 1-bit Adam).
+    """
+    bits = torch.ge(v, 0, out=bits_buf) if bits_buf is not None else v >= 0
+    packed = _pack_bool(bits)
+    q = decode_scaled_sign(packed, scales, c, v.dtype, out=q_buf)
+    v.sub_(q)
+    if n_valid < v.numel():
+        v[n_valid:] = 0
+    return packed
+
+
 def scaled_sign(v: torch.Tensor, counts: torch.Tensor, c: int, n_valid: int | None = None):
     """Scaled-sign quantisation of ``v`` per chunk of ``c`` elements (1-bit Adam's compressor).
 
@@ -268,22 +317,23 @@ def scaled_sign(v: torch.Tensor, counts: torch.Tensor, c: int, n_valid: int | No
 
     Returns:
         (packed uint8 (m/8,), scales (m/c,) in v's dtype, q (m,) the decoded value
-        ``scale_chunk * sign(v)`` with zeros on padding). scale = ||v_chunk||_2 / sqrt(count).
+        ``scale_chunk * sign(v)`` with zeros on padding). ``v`` is not modified.
     """
-    m = v.numel()
-    vv = v.view(m // c, c)
-    scales = ((vv * vv).sum(1) / counts.to(v.dtype).clamp(min=1)).sqrt()
-    packed = pack_signs(v)
+    n_valid = v.numel() if n_valid is None else n_valid
+    scales = chunk_scales(v, counts, c)
+    packed = quantise_(v.clone(), scales, c, n_valid)
     q = decode_scaled_sign(packed, scales, c, dtype=v.dtype)
-    if n_valid is not None and n_valid < m:
-        q[n_valid:] = 0
+    q[n_valid:] = 0
     return packed, scales, q
 
 
 def decode_scaled_sign(packed: torch.Tensor, scales: torch.Tensor, c: int,
-                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Decode packed signs (m/8,) and per-chunk scales (m/c,) into ``dtype`` (m,) = scale * (+-1)."""
-    signs = unpack_signs(packed, dtype)
+                       dtype: torch.dtype = torch.float32, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode packed signs (m/8,) and per-chunk scales (m/c,) into ``dtype`` (m,) = scale * (+-1).
+
+    ``out`` (m,) of ``dtype``: write there instead of allocating.
+    """
+    signs = unpack_signs(packed, dtype, out=out)
     return signs.view(-1, c).mul_(scales.to(dtype).unsqueeze(1)).view(-1)
 
 
@@ -347,7 +397,8 @@ class OneBitCompressor:
         Args:
             params: the model parameters, same order and shapes on every rank and every call;
                 those with ``requires_grad`` and numel > 0 take part; a missing grad counts as
-                zeros and is created (as DeepSpeed's own all-reduce does).
+                zeros and is created (as DeepSpeed's own all-reduce does). Gradients of any float
+                dtype are compressed in ``self.dtype`` and written back in their own dtype.
 
         Raises:
             ValueError: the parameter shapes changed since the first call or since the checkpoint.
@@ -363,11 +414,16 @@ class OneBitCompressor:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in params]
+        n = sum(g.numel() for g in grads)
+        self._ensure_layout(n, grads[0].device)
+        buf, offset = self._buf, 0
+        for g in grads:
+            buf[offset:offset + g.numel()].copy_(g.detach().reshape(-1))
+            offset += g.numel()
         scale = _loss_scale(self.engine)
-        flat = torch.cat([g.detach().reshape(-1).to(self.dtype) for g in grads])
         if scale != 1.0:
-            flat.div_(scale)
-        out = self.allreduce_flat(flat)
+            buf[:n].div_(scale)
+        out = self._reduce()
         if scale != 1.0:
             out.mul_(scale)
         offset = 0
@@ -381,25 +437,30 @@ class OneBitCompressor:
         Warm-up steps all-reduce in the engine's communication dtype; later steps run the
         two-phase 1-bit exchange. A step with inf/NaN on any rank is all-reduced at full precision
         and leaves the error buffers as they were.
+
+        Raises:
+            ValueError: ``flat`` is not 1-D or its size differs from earlier calls / the checkpoint.
         """
-        t0 = time.perf_counter()
-        flat = flat.to(self.dtype)
+        if flat.dim() != 1:
+            raise ValueError(f"allreduce_flat needs a 1-D tensor, got shape {tuple(flat.shape)}")
         self._ensure_layout(flat.numel(), flat.device)
-        lay = self.layout
-        w = self.world_size
+        self._buf[:flat.numel()].copy_(flat)
+        return self._reduce().clone()
+
+    def _reduce(self) -> torch.Tensor:
+        """Reduce the staging buffer ``self._buf[:n]``; returns the (n,) average (may alias buffers)."""
+        t0 = time.perf_counter()
+        lay, w = self.layout, self.world_size
         ref_bytes = 2.0 * (w - 1) / w * 4 * lay.n
+        self._stats = {}
         if self.step < self.freeze_step:
-            out, sent = self._full_allreduce(flat, self._comm_dtype())
+            out, sent = self._full_allreduce(self._buf[:lay.n], self._comm_dtype())
             phase = 0.0
         else:
-            ok = torch.tensor([1 if bool(torch.isfinite(flat).all()) else 0], dtype=torch.int32)
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
-            if int(ok.item()) == 0:
-                out, sent = self._full_allreduce(flat, self.dtype)
-                phase = -1.0
-            else:
-                out, sent = self._compressed(flat)
-                phase = 1.0
+            out, sent = self._compressed()
+            phase = 1.0 if out is not None else -1.0
+            if out is None:                               # inf/NaN somewhere: full precision, no EF update
+                out, sent = self._full_allreduce(self._buf[:lay.n], self.dtype)
         self.step += 1
         total = time.perf_counter() - t0
         self._stats.update({"compression/phase": phase, "compression/bytes_sent": float(sent),
@@ -465,6 +526,10 @@ class OneBitCompressor:
             self.layout = ChunkLayout.build(n, self.world_size, self.chunk_size)
             self.worker_error = torch.zeros(self.layout.padded, dtype=self.dtype, device=device)
             self.server_error = torch.zeros(self.layout.seg, dtype=self.dtype, device=device)
+            self._buf = torch.zeros(self.layout.padded, dtype=self.dtype, device=device)
+            self._q = torch.empty(self.layout.padded, dtype=self.dtype, device=device)
+            self._bits = torch.empty(self.layout.padded, dtype=torch.bool, device=device)
+            self._m = torch.empty(self.layout.seg, dtype=self.dtype, device=device)
             self._counts = self.layout.counts(self.dtype, device)
             if self._pending_state is not None:
                 self._apply_pending(n, device)
@@ -480,50 +545,62 @@ class OneBitCompressor:
             self.worker_error.copy_(sd["worker_error"].to(device=device, dtype=self.dtype))
             self.server_error.copy_(sd["server_error"].to(device=device, dtype=self.dtype))
 
-    def _full_allreduce(self, flat: torch.Tensor, dtype: torch.dtype):
-        buf = flat.to(dtype).clone() if dtype != flat.dtype else flat.clone()
-        dist.all_reduce(buf, group=self.group)
-        out = buf.to(self.dtype).div_(self.world_size)
+    def _full_allreduce(self, x: torch.Tensor, dtype: torch.dtype):
+        """All-reduce ``x`` (n,) in ``dtype`` in place and divide by the world size."""
         w = self.world_size
-        return out, 2.0 * (w - 1) / w * buf.numel() * buf.element_size()
+        if dtype == x.dtype:
+            dist.all_reduce(x, group=self.group)
+            x.div_(w)
+            return x, 2.0 * (w - 1) / w * x.numel() * x.element_size()
+        low = x.to(dtype)
+        dist.all_reduce(low, group=self.group)
+        x.copy_(low).div_(w)
+        return x, 2.0 * (w - 1) / w * low.numel() * low.element_size()
 
-    def _compressed(self, flat: torch.Tensor):
-        lay, w, r = self.layout, self.world_size, self.rank
+    def _compressed(self):
+        """Two-phase 1-bit exchange of ``self._buf``; None (nothing changed) when any rank has inf/NaN."""
+        lay, w, r, c = self.layout, self.world_size, self.rank, self.layout.c
         t0 = time.perf_counter()
-        v = torch.zeros(lay.padded, dtype=self.dtype, device=flat.device)
-        v[:lay.n] = flat
-        v.add_(self.worker_error)
-        w_packed, w_scales, w_q = scaled_sign(v, self._counts, lay.c, lay.n)
-        self.worker_error = v.sub_(w_q)                       # e_w <- (g + e_w) - q
+        v = self._buf
+        trace_in = v[:lay.n].clone() if self.trace else None
+        v.add_(self.worker_error)                             # v = g + e_w  (padding stays 0)
+        w_scales = chunk_scales(v, self._counts, c)
+        ok = torch.tensor([1 if bool(torch.isfinite(w_scales).all()) else 0], dtype=torch.int32,
+                          device=v.device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.group)
+        if int(ok.item()) == 0:
+            return None, 0.0
+        w_packed = quantise_(v, w_scales, c, lay.n, q_buf=self._q, bits_buf=self._bits)  # v -> new e_w
+        self._buf, self.worker_error = self.worker_error, v  # the old error buffer stages the next step
         t1 = time.perf_counter()
         recv_bits = torch.empty_like(w_packed)
         dist.all_to_all_single(recv_bits, w_packed, group=self.group)
         recv_scales = torch.empty_like(w_scales)
         dist.all_to_all_single(recv_scales, w_scales, group=self.group)
         t2 = time.perf_counter()
-        # server: average the workers' decoded segment-r messages, add the server error, re-quantise
-        seg_bytes = lay.seg // 8
-        m = torch.zeros(lay.seg, dtype=self.dtype, device=flat.device)
-        for src in range(w):                                  # fixed order: same sum on every run
-            m.add_(decode_scaled_sign(recv_bits[src * seg_bytes:(src + 1) * seg_bytes],
-                                      recv_scales[src * lay.k:(src + 1) * lay.k], lay.c, self.dtype))
+        # server: mean of the workers' decoded messages for segment r, plus the server error
+        dec = decode_scaled_sign(recv_bits, recv_scales, c, self.dtype, out=self._q).view(w, lay.seg)
+        m = self._m.copy_(dec[0])
+        for src in range(1, w):                               # fixed order: the same sum every run
+            m.add_(dec[src])
         m.div_(w)
         n_valid = min(max(lay.n - r * lay.seg, 0), lay.seg)
         m[n_valid:] = 0
         server_input = m.clone() if self.trace else None
         u = m.add_(self.server_error)
-        s_packed, s_scales, s_q = scaled_sign(u, self._counts[r * lay.k:(r + 1) * lay.k], lay.c, n_valid)
-        self.server_error = u.sub_(s_q)
+        s_scales = chunk_scales(u, self._counts[r * lay.k:(r + 1) * lay.k], c)
+        s_packed = quantise_(u, s_scales, c, n_valid, q_buf=self._q[:lay.seg], bits_buf=self._bits[:lay.seg])
+        self._m, self.server_error = self.server_error, u
         t3 = time.perf_counter()
         all_bits = [torch.empty_like(s_packed) for _ in range(w)]
         dist.all_gather(all_bits, s_packed, group=self.group)
         all_scales = [torch.empty_like(s_scales) for _ in range(w)]
         dist.all_gather(all_scales, s_scales, group=self.group)
         t4 = time.perf_counter()
-        out = decode_scaled_sign(torch.cat(all_bits), torch.cat(all_scales), lay.c, self.dtype)[:lay.n]
+        out = decode_scaled_sign(torch.cat(all_bits), torch.cat(all_scales), c, self.dtype, out=self._q)[:lay.n]
         t5 = time.perf_counter()
         if self.trace:
-            self.last_exchange = {"input": flat.clone(), "worker_packed": w_packed, "worker_scales": w_scales,
+            self.last_exchange = {"input": trace_in, "worker_packed": w_packed, "worker_scales": w_scales,
                                   "recv_packed": recv_bits, "recv_scales": recv_scales,
                                   "server_input": server_input, "server_packed": s_packed,
                                   "server_scales": s_scales, "output": out.clone()}
