@@ -35,7 +35,10 @@ def _views(values):
 
 def test_protocols_count_views_and_pick_official_sampling():
     assert views.test_protocol(1, 1) == views.TestProtocol(1, 1, "tsn")
-    assert views.test_protocol(2, 1).num_views == 2 and views.test_protocol(2, 1).sampling == "tsn"
+    twice = views.test_protocol(2, 1)
+    assert twice.num_views == 2 and twice.sampling == "tsn" and twice.twice_sample
+    assert twice.dataset_kwargs() == {"mode": "test", "sampling": "tsn", "num_clips": 2, "num_crops": 1,
+                                      "twice_sample": True}
     dense = views.test_protocol(10, 3)
     assert (dense.num_views, dense.sampling) == (30, "dense")
     assert dense.dataset_kwargs() == {"mode": "test", "sampling": "dense", "num_clips": 10, "num_crops": 3}

@@ -365,9 +365,11 @@ def main(argv: list[str]) -> int:
     from tsm_ds.engine.eval_cli import load_for_inference
 
     overrides = {} if args.num_segments is None else {"num_segments": args.num_segments}
+    from tsm_ds.models.weights import CheckpointError
+
     try:
         loaded = load_for_inference(args.checkpoint, labels=args.labels, **overrides)
-    except (FileNotFoundError, ValueError, KeyError) as e:
+    except (FileNotFoundError, ValueError, CheckpointError) as e:
         print(f"tsm-ds export: {e}", file=sys.stderr)
         return 2
     model = loaded.model

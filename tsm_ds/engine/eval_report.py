@@ -9,7 +9,9 @@ Files written by :func:`write_eval_results` (each atomically: temporary file + `
 - ``predictions.csv``: one row per video: index, path, label, predicted class, its score,
   whether top-1 / top-5 are right, the rank of the true class and the top-5 names;
 - ``confusion.csv``: rows = true class, columns = predicted class, counts;
-- ``confusion.png``: the row-normalised confusion matrix (matplotlib).
+- ``confusion.png``: the row-normalised confusion matrix (matplotlib);
+- ``scores.npz``: ``indices`` int64 (M,), ``scores`` float32 (M, K) (averaged logits or
+  probabilities, per ``average``), ``labels`` int64 (M,), for ensembles and re-analysis.
 
 Mean class accuracy follows the official ``test_models.py``: per-class recall (diagonal / row sum
 of the confusion matrix) averaged over classes; classes with no test video are left out of the
@@ -264,6 +266,11 @@ def write_eval_results(out_dir: str | os.PathLike, *, scores: np.ndarray, labels
                      int(rank[m] < 1), int(rank[m] < min(5, scores.shape[1])), int(rank[m]) + 1,
                      "|".join(class_names[j] for j in order[m])])
     atomic_write_text(files["predictions.csv"], _csv_text(rows))
+
+    buf = io.BytesIO()
+    np.savez(buf, indices=indices, scores=scores.astype(np.float32), labels=labels)
+    files["scores.npz"] = out / "scores.npz"
+    _atomic_write_bytes(files["scores.npz"], buf.getvalue())
 
     atomic_write_text(files["confusion.csv"], _csv_text(
         [["true\\predicted"] + list(class_names)] + [[name] + [int(v) for v in cm[i]]

@@ -57,10 +57,18 @@ class TestProtocol:
         """V = num_clips * num_crops, the views per video."""
         return self.num_clips * self.num_crops
 
+    @property
+    def twice_sample(self) -> bool:
+        """True for the official 2-clip protocol: segment centres + segment starts."""
+        return self.num_clips == 2 and self.sampling == "tsn"
+
     def dataset_kwargs(self) -> dict:
-        """Keyword arguments for ``VideoClipDataset(records, mode="test", **kwargs)``."""
-        return {"mode": "test", "sampling": self.sampling, "num_clips": self.num_clips,
-                "num_crops": self.num_crops}
+        """Keyword arguments for ``VideoClipDataset(records, **kwargs)`` (test mode, these views)."""
+        kw = {"mode": "test", "sampling": self.sampling, "num_clips": self.num_clips,
+              "num_crops": self.num_crops}
+        if self.twice_sample:
+            kw["twice_sample"] = True
+        return kw
 
     def describe(self) -> str:
         """Human-readable name, e.g. ``"10 clips (dense) x 3 crops (full-res 3 crops) = 30 views"``."""
