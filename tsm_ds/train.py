@@ -196,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     thread_msg = _set_threads()
     args = build_parser().parse_args(argv)
     rank = int(os.environ.get("RANK", 0))
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format=f"[rank{rank}] %(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    logging.basicConfig(level=logging.WARNING, format=f"[rank{rank}] %(asctime)s %(levelname)s %(message)s",
+                        stream=sys.stdout)
     log = logging.getLogger("tsm_ds.train")
+    log.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     if acc_msg:
         log.info(acc_msg)
     log.info(thread_msg)

@@ -4,7 +4,8 @@ Tags (all per optimizer step unless said otherwise):
 
 - ``train/loss``, ``train/top1``, ``train/top5`` (percent, averaged over ranks)
 - ``val/top1``, ``val/top5``, ``val/clips`` (per epoch, step axis = optimizer step)
-- ``lr/<group name>`` one per param group (the fc x5 / bias x10 groups show their own lr)
+- ``lr/<group name>`` one per param group, the lr the step's update used (the fc x5 / bias x10
+  groups show their own lr)
 - ``perf/clips_per_s`` (global clips per second of wall time), ``time/data_wait_s``,
   ``time/compute_s``, ``time/comm_s`` (seconds per optimizer step, mean over ranks; comm is the
   gradient all-reduce timed on its own, including the wait for the slowest rank)

@@ -345,6 +345,8 @@ class Trainer:
                     else:
                         eng.allreduce_gradients()
                 t3 = time.perf_counter()
+                if boundary:
+                    step_lrs = list(eng.get_lr())  # the lrs this update uses (the schedule steps inside)
                 eng.step()
                 t4 = time.perf_counter()
                 with torch.no_grad():
@@ -369,7 +371,7 @@ class Trainer:
                            "time/comm_s": r[7] / self.world if self.manual_comm else None,
                            "train/skipped_steps": eng.skipped_steps, "data/bad_videos": bad_total}
                 t_step = now
-                for name, lr in zip(self.group_names, eng.get_lr()):
+                for name, lr in zip(self.group_names, step_lrs):
                     metrics[f"lr/{name}"] = lr
                 if self.compressor is not None:
                     for k, v in self.compressor.stats().items():
@@ -382,7 +384,9 @@ class Trainer:
                 self.last_metrics = metrics
                 if s.step_callback is not None:
                     s.step_callback(self, self.global_step)
-                if s.save_every_steps and self.global_step % s.save_every_steps == 0 and micro_i < micro_per_epoch:
+                if s.save_every_steps and self.global_step % s.save_every_steps == 0 \
+                        and micro_i < micro_per_epoch and self.global_step < self.total_steps:
+                    # (the end of an epoch or of the run saves after validation instead)
                     self.save(epoch, micro_i)
             del it
             done = micro_i >= micro_per_epoch

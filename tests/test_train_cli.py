@@ -1,0 +1,131 @@
+"""train.py without launching: official defaults, environment set-up, data selection, fine-tuning
+weights, checkpoint manager safety."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tsm_ds import train
+
+
+def test_official_kinetics_defaults():
+    a = train.build_parser().parse_args([])
+    assert (a.arch, a.num_segments, a.shift, a.shift_div, a.shift_place, a.dropout, a.epochs, a.img_size) == \
+        ("resnet50", 8, "bidirectional", 8, "blockres", 0.5, 50, 224)
+    assert a.lr is None and a.lr_steps is None and a.clip_grad is None  # filled from the JSON rules
+    a = train.build_parser().parse_args(["--deepspeed_config", "x.json", "--local_rank", "1", "--resume", "auto"])
+    assert (a.deepspeed_config, a.local_rank, a.resume) == ("x.json", 1, "auto")
+
+
+def test_accelerator_env(monkeypatch):
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    msg = train._set_accelerator_env()
+    assert os.environ["DS_ACCELERATOR"] == "cpu" and "DS_ACCELERATOR=cpu" in msg
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    assert train._set_accelerator_env() is None and os.environ["DS_ACCELERATOR"] == "cuda"
+
+
+def test_threads_divided_between_local_ranks(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setenv("LOCAL_SIZE", "2")
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+        msg = train._set_threads()
+        assert torch.get_num_threads() == 3 and "6 cores / 2 local ranks" in msg
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert "OMP_NUM_THREADS=1 given" in train._set_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_real_clips_split_by_source_group(shared_data, tmp_path):
+    import logging
+    a = train.build_parser().parse_args(["--data", str(shared_data / "videos"), "--img-size", "32",
+                                         "--num-segments", "2", "--output-dir", str(tmp_path)])
+    tr, va, names, desc = train.build_datasets(a, logging.getLogger("t"))
+    assert "source_group" in desc
+    assert names == sorted(p.name for p in (shared_data / "videos").iterdir() if p.is_dir())
+    tr_paths = {Path(r.path) for r in tr.records}
+    va_paths = {Path(r.path) for r in va.records}
+    assert not tr_paths & va_paths and len(tr_paths) + len(va_paths) == 17
+    assert {r.label for r in va.records} == set(range(len(names)))  # every class validated
+
+
+def test_no_data_message(monkeypatch, tmp_path):
+    import builtins
+    import logging
+    monkeypatch.setattr(train, "DEFAULT_SHARED", tmp_path / "absent")
+    monkeypatch.delenv("TSM_DS_DATA", raising=False)
+    real_import = builtins.__import__
+
+    def no_synthetic(name, *args, **kw):
+        if name == "tsm_ds.data.synthetic":
+            raise ImportError(name)
+        return real_import(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_synthetic)
+    a = train.build_parser().parse_args(["--output-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"no training data: pass --data DIR .*--train-list/--val-list"):
+        train.build_datasets(a, logging.getLogger("t"))
+
+
+def test_tune_from_replaces_head_when_classes_differ(tmp_path):
+    from tsm_ds.engine.checkpoint import export_model, load_finetune_weights
+    from tsm_ds.models import build_model
+    torch.manual_seed(0)
+    src = build_model("resnet18", 5, num_segments=2)
+    export_model(tmp_path / "best.pt", src, class_names=list("abcde"))
+    obj = torch.load(tmp_path / "best.pt", weights_only=False)
+    assert obj["class_names"] == list("abcde") and obj["model_config"]["num_classes"] == 5
+    torch.manual_seed(1)
+    dst = build_model("resnet18", 3, num_segments=2)
+    head_before = {k: v.clone() for k, v in dst.state_dict().items() if k.startswith("new_fc")}
+    rep = load_finetune_weights(dst, tmp_path / "best.pt")
+    assert sorted(rep["skipped"]) == ["new_fc.bias", "new_fc.weight"]
+    sd_src, sd_dst = src.state_dict(), dst.state_dict()
+    for k in sd_dst:
+        if k.startswith("new_fc"):
+            assert torch.equal(sd_dst[k], head_before[k])
+        else:
+            assert torch.equal(sd_dst[k], sd_src[k]), k
+    with pytest.raises(RuntimeError, match="--arch"):
+        load_finetune_weights(build_model("resnet34", 5, num_segments=2), tmp_path / "best.pt")
+
+
+class _FailingEngine:
+    """Stands in for a DeepSpeed engine whose save dies half-way (disk full, killed)."""
+
+    def __init__(self, fail):
+        self.fail = fail
+
+    def save_checkpoint(self, save_dir, tag, client_state, save_latest):
+        d = Path(save_dir) / tag
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "mp_rank_00_model_states.pt").write_bytes(b"partial" if self.fail else b"whole")
+        if self.fail:
+            raise OSError("No space left on device")
+
+
+def test_failed_save_keeps_previous_checkpoint(tmp_path):
+    from tsm_ds.engine.checkpoint import CheckpointManager
+    m = CheckpointManager(tmp_path, keep_last=1)
+    for step in (1, 2):
+        m.save(_FailingEngine(False), step=step, client_state={}, rank_state={"x": step}, best_tag=None)
+    assert m.latest_tag() == "step00000002" and not (tmp_path / "step00000001").exists()  # keep_last 1
+    with pytest.raises(OSError):
+        m.save(_FailingEngine(True), step=3, client_state={}, rank_state={}, best_tag=None)
+    assert (tmp_path / "latest").read_text() == "step00000002"
+    assert m.latest_tag() == "step00000002" and m.resolve("auto") == "step00000002"
+    assert (tmp_path / "step00000002" / "mp_rank_00_model_states.pt").read_bytes() == b"whole"
+    # the next good save removes the partial tag; the best survives pruning
+    m.save(_FailingEngine(False), step=4, client_state={}, rank_state={}, best_tag="step00000002")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["step00000002", "step00000004"]
+    assert json.loads((tmp_path / "step00000004" / "complete.json").read_text()) == {"step": 4, "world_size": 1}
+    with pytest.raises(FileNotFoundError, match="complete tags"):
+        m.resolve("step00000003")
