@@ -507,20 +507,22 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
     pos = -1
     prev_pts = None
     check_landing = False
-    kpos = 0
+    kpos = goal = 0
     size = None
     last_frame = None
     last_i = -1
     while remaining:
         kpos_next, kpts = idx.keyframe_for(remaining[0])
-        if gen is None or kpos_next > pos:
+        if gen is None or kpos_next > max(pos, goal):
             kpos = kpos_next
             if gen is not None or kpos > 0:
                 # backward=True: land on the keyframe at or before kpts (checked below)
                 container.seek(kpts, stream=stream, backward=True, any_frame=False)
                 st.seeks += 1
             gen = container.demux(stream)
-            pos, prev_pts, check_landing = -1, None, True
+            # a seek may land on an earlier keyframe (mov does with large B-frame delays): then
+            # decode forward to the goal instead of seeking again
+            pos, goal, prev_pts, check_landing = -1, kpos, None, True
         try:
             packet = next(gen)
         except StopIteration:

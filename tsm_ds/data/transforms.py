@@ -153,7 +153,7 @@ class ClipTransform:
         self.train_short_side = (train_short_side_for(img_size) if train_short_side == "auto"
                                  else train_short_side)
         self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1) * 255.0
-        self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1) * 255.0
+        self.inv_std = 1.0 / (torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1) * 255.0)
 
     @property
     def num_views(self) -> int:
@@ -198,5 +198,6 @@ class ClipTransform:
                                 interpolation=InterpolationMode.BILINEAR, antialias=True)
             if flip:
                 v = TF.horizontal_flip(v)
-            out.append((v.float() - self.mean) / self.std)
+            # in place: avoids two clip-sized temporaries (much faster on a loaded machine)
+            out.append(v.float().sub_(self.mean).mul_(self.inv_std))
         return out[0] if len(out) == 1 else torch.stack(out)
