@@ -148,7 +148,7 @@ def stream_frames(path: str, num_frames: int, *, stride: int = 1, chunk: int = 1
 
 def predict_online(model: torch.nn.Module, path: str, class_names: list[str], *, img_size: int,
                    window: int = 12, stride: int = 2, max_frames: int | None = None,
-                   every: int = 1, top_k: int = 5, out=sys.stdout) -> dict[str, Any]:
+                   every: int = 1, top_k: int = 5, out=None) -> dict[str, Any]:
     """Stream a video through the online TSM frame by frame, printing the running prediction.
 
     Args:
@@ -157,7 +157,7 @@ def predict_online(model: torch.nn.Module, path: str, class_names: list[str], *,
         img_size: crop size. window: running prediction = mean of the last ``window`` per-frame
             logits. stride: use every ``stride``-th frame. max_frames: stop after this many steps.
         every: print the running prediction every ``every`` steps (0: only the final one).
-        top_k: names in the final prediction. out: text stream for the running lines.
+        top_k: names in the final prediction. out: text stream for the running lines (None: stdout).
 
     Returns:
         ``{"frames": steps run, "running": [(frame index, top-1 name, probability)],
@@ -169,6 +169,7 @@ def predict_online(model: torch.nn.Module, path: str, class_names: list[str], *,
     if not callable(getattr(model, "step", None)) or getattr(model, "config", {}).get("shift") != "online":
         raise RuntimeError("--online needs a checkpoint trained with shift='online' "
                            f"(this one has shift={getattr(model, 'config', {}).get('shift')!r})")
+    out = out if out is not None else sys.stdout
     n = probe(path)
     cache = None
     history: deque[torch.Tensor] = deque(maxlen=max(1, window))
