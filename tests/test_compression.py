@@ -87,6 +87,9 @@ def test_config_block_and_removed_optimizers():
         build_compressor({"type": "onebit", "chunk": 8}, None)
     with pytest.raises(ValueError, match="freeze_step must be an integer >= 0"):
         build_compressor({"type": "onebit", "freeze_step": -1}, None)
+    with pytest.raises(ValueError, match="tsm_ds.compression.type is required"):
+        build_compressor({"freeze_step": 3}, None)
+    assert build_compressor("none", None) is None
     with pytest.raises(ValueError, match="'twobit' is not supported"):
         build_compressor({"type": "twobit"}, None)
     for name in ("OneBitAdam", "OneBitLamb", "ZeroOneAdam"):
@@ -196,6 +199,15 @@ def _identity_worker(rank):
     k, c = lay.k, lay.c
     assert st["compression/bytes_sent"] == 0.5 * (lay.padded // 8 + 2 * k * 8) + (lay.seg // 8 + k * 8)
     assert st["compression/bytes_fp32_allreduce"] == 4 * n
+    # an inf on one rank: full-precision fallback, every rank sees it, error buffers untouched
+    ew, es, step = comp.worker_error.clone(), comp.server_error.clone(), comp.step
+    x = torch.randn(n, generator=g, dtype=torch.float64)
+    if rank == 1:
+        x[5] = float("inf")
+    out = comp.allreduce_flat(x)
+    assert comp.stats()["compression/phase"] == -1.0 and comp.step == step + 1
+    assert out[5] == float("inf") and torch.isfinite(out[6:]).all()
+    assert torch.equal(comp.worker_error, ew) and torch.equal(comp.server_error, es)
 
 
 def test_error_feedback_identity_two_ranks():

@@ -46,6 +46,9 @@ def test_onebit_sgd_through_launcher_matches_fp32_and_resumes(tmp_path):
         assert abs(r["loss_onebit"] - r["loss_fp32"]) <= REL_TOL * r["loss_fp32"], r
         assert r["ranks_identical"] and r["resume_params_equal"] and r["resume_buffers_equal"], r
         assert r["phase_last"] == 1.0 and r["ratio_last"] > 8, r
+        # bf16 engine: gradients stay bf16 in p.grad, the compressed run still trains, ranks agree
+        assert r["bf16_grad_dtype"] == "torch.bfloat16" and r["bf16_ranks_identical"], r
+        assert abs(r["loss_onebit_bf16"] - r["loss_fp32"]) <= 2 * REL_TOL * r["loss_fp32"], r
     assert res[0]["loss_onebit"] == res[1]["loss_onebit"]
 
 
@@ -67,7 +70,7 @@ def _data(rank: int):
     return x, y, x[rank::2], y[rank::2]
 
 
-def _engine(seed: int):
+def _engine(seed: int, bf16: bool = False):
     import deepspeed
     import torch
     torch.manual_seed(seed)
@@ -75,16 +78,18 @@ def _engine(seed: int):
     cfg = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1,
            "gradient_clipping": 0.0, "steps_per_print": 10_000,
            "optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}},
-           "zero_optimization": {"stage": 0}}
+           "zero_optimization": {"stage": 0}, "bf16": {"enabled": bf16}}
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     return engine
 
 
 def _train(engine, xs, ys, start, stop, compressor=None):
     import torch
+    dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
     for step in range(start, stop):
         i = (step * 16) % xs.shape[0]
-        loss = torch.nn.functional.cross_entropy(engine(xs[i:i + 16]), ys[i:i + 16])
+        logits = engine(xs[i:i + 16].to(dtype)).float()
+        loss = torch.nn.functional.cross_entropy(logits, ys[i:i + 16])
         engine.backward(loss)
         if compressor is not None:
             compressor.allreduce(engine.module.parameters())
@@ -93,8 +98,9 @@ def _train(engine, xs, ys, start, stop, compressor=None):
 
 def _full_loss(engine, x, y) -> float:
     import torch
+    dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
     with torch.no_grad():
-        return float(torch.nn.functional.cross_entropy(engine.module(x), y))
+        return float(torch.nn.functional.cross_entropy(engine.module(x.to(dtype)).float(), y))
 
 
 def _flat_params(engine):
@@ -132,6 +138,18 @@ def _rank_main(out: Path) -> None:
     both = [torch.empty_like(p) for _ in range(2)]
     dist.all_gather(both, p)
     res["ranks_identical"] = bool(torch.equal(both[0], both[1]))
+
+    # bf16 engine (ZeRO 0: bf16 gradients in p.grad, fp32 master weights): compressed in fp32
+    eng = _engine(0, bf16=True)
+    eng.enable_backward_allreduce = False
+    comp = build_compressor(block, eng)
+    _train(eng, xs, ys, 0, STEPS, comp)
+    res["loss_onebit_bf16"] = _full_loss(eng, x, y)
+    res["bf16_grad_dtype"] = str(next(eng.module.parameters()).dtype)   # p.grad has the dtype of p
+    p = _flat_params(eng).float()
+    both = [torch.empty_like(p) for _ in range(2)]
+    dist.all_gather(both, p)
+    res["bf16_ranks_identical"] = bool(torch.equal(both[0], both[1]))
 
     # resume: checkpoint at RESUME_AT, continue; fresh engine + compressor load and repeat the tail
     eng = _engine(0)

@@ -33,21 +33,43 @@ JSON (``ds_config["tsm_ds"]["compression"]``, read by the trainer)::
 
     {"type": "onebit", "freeze_step": 100, "chunk_size": 65536}
 
-* ``type``: ``"none"`` (or the block absent) -> DeepSpeed's own all-reduce; ``"onebit"`` -> this.
-* ``freeze_step`` (int >= 0, default 100): full-precision warm-up steps (optimizer steps, i.e.
-  accumulation boundaries), as 1-bit Adam's ``freeze_step``.
-* ``chunk_size`` (int >= 8, default 65536): at most this many elements share one scale.
+* ``type`` (required): ``"none"`` (or the block absent) -> DeepSpeed's own all-reduce;
+  ``"onebit"`` -> this compressor.
+* ``freeze_step`` (int >= 0, default 100): full-precision warm-up steps, counted in optimizer steps
+  (gradient-accumulation boundaries), as 1-bit Adam's ``freeze_step``. The count is part of the
+  checkpointed state, so a resumed run does not redo the warm-up.
+* ``chunk_size`` (int >= 8, default 65536): at most this many consecutive elements of the flat
+  gradient (parameters in ``model.parameters()`` order) share one fp32 scale: 4 bytes per 8 KiB
+  of sign bits (0.05 % overhead). Chunks are rounded so that each rank's segment holds whole chunks
+  of a multiple of 8 elements; the flat buffer is zero-padded to ``world_size * k * c`` elements.
 
-Constraints: ZeRO stage 0 only (ZeRO >= 1 reduce-scatters gradients inside its own optimizer:
-:func:`build_compressor` raises). fp16/bf16 engines (ZeRO 0 keeps low-precision gradients in
-``p.grad``): gradients are unscaled by the current loss scale and compressed in fp32, the result
-is written back in the gradient's dtype and loss scale; a step whose gradient holds inf/NaN on any
-rank falls back to a full-precision all-reduce (so the fp16 optimizer sees the overflow on every
-rank and skips the step) and leaves the error buffers untouched.
+Precision and ZeRO:
+
+* ZeRO stage 0 only. ZeRO >= 1 reduce (reduce-scatter) the gradients inside their own optimizer,
+  so there is no all-reduce left to replace: :func:`build_compressor` and :func:`check_ds_config`
+  raise ``ValueError`` saying so.
+* fp32 gradients (fp32 engine, or ``torch_autocast`` which keeps fp32 parameters): compressed in
+  fp32. bf16/fp16 engines at ZeRO 0 (DeepSpeed's FP16_Optimizer keeps bf16/fp16 gradients in
+  ``p.grad``): the gradient is copied to fp32, divided by the optimizer's current loss scale (fp16
+  dynamic scaling; 1 for bf16), compressed, multiplied back and written in the gradient's dtype;
+  the error buffers stay fp32 in unscaled units, so a loss-scale change does not corrupt them.
+  The bf16 path is tested here (CPU); fp16 cannot run on this CPU and is untested.
+* A compressed step whose (gradient + error) holds inf/NaN on any rank (one 4-byte all-reduce
+  checks) is all-reduced at full precision instead, so every rank sees the non-finite values and an
+  fp16 optimizer skips the step on all of them; the error buffers are left as they were.
+* ``communication_data_type`` applies to the warm-up all-reduce only.
+
+Optimizers: error feedback is analysed for SGD (Karimireddy et al. 2019, Thm. II: EF-SignSGD
+converges at the SGD rate); momentum SGD (the TSM recipe) applies momentum to the decompressed
+average, as 1-bit SGD did. LAMB and LARS compute layer-wise trust ratios ``||w|| / ||update||``
+and LAMB also a second moment of the gradient: after ``freeze_step`` they see scaled-sign
+gradients whose per-element magnitude is flat within a chunk (LAMB's variance loses its
+per-coordinate information; 1-bit Adam/LAMB avoid exactly this by freezing the variance) and whose
+per-layer norm is only preserved per chunk, not per layer (chunks span layer boundaries). No
+convergence guarantee carries over: use a long ``freeze_step`` with them, or bf16 communication.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -106,11 +128,13 @@ def _zero_message(stage: int) -> str:
 
 def _parse_block(block: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Validated copy of the compression block with defaults filled in; None for "none"/absent."""
-    if block is None:
+    if block is None or block == "none":
         return None
     if not isinstance(block, Mapping):
         raise ValueError(f"tsm_ds.compression must be a JSON object, got {type(block).__name__}")
-    kind = block.get("type", "onebit")
+    if "type" not in block:
+        raise ValueError('tsm_ds.compression.type is required: "onebit" (compressed all-reduce) or "none"')
+    kind = block["type"]
     if kind == "none":
         return None
     if kind != "onebit":
@@ -342,8 +366,9 @@ def decode_scaled_sign(packed: torch.Tensor, scales: torch.Tensor, c: int,
 
 
 def _loss_scale(engine: Any) -> float:
-    """The fp16 optimizer's current loss scale (1.0 for fp32 / bf16 / no engine)."""
-    if engine is None or not getattr(engine, "fp16_enabled", lambda: False)():
+    """The fp16/bf16 optimizer's current loss scale (1.0 for fp32 or no engine)."""
+    if engine is None or not (getattr(engine, "fp16_enabled", lambda: False)()
+                              or getattr(engine, "bfloat16_enabled", lambda: False)()):
         return 1.0
     opt = getattr(engine, "optimizer", None)
     cfg = getattr(opt, "loss_scale_config", None)
