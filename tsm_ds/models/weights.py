@@ -1,0 +1,299 @@
+"""Weights: torchvision ImageNet initialisation from a local file, official TSM checkpoint import.
+
+Official checkpoints (https://github.com/mit-han-lab/temporal-shift-module, ``main.py``
+``save_checkpoint``) are dicts ``{"epoch", "arch", "state_dict", "optimizer", "best_prec1"}``;
+``state_dict`` has ``nn.DataParallel`` keys (``module.base_model.layer1.0.conv1.net.weight``,
+``module.new_fc.weight``). Their options live in the file name (``main.py``: ``TSM_{dataset}_
+{modality}_{arch}[_shift{div}_{place}][_tpool]_{consensus}_segment{T}_e{epochs}[_dense][_nl]``).
+
+Key mapping, ours -> official (:func:`official_key`):
+
+* prefix ``module.``; our ``base_model`` / ``new_fc`` names are the official ones;
+* a fused ``blockres`` shift conv ``P`` (:class:`.shift.ShiftConv2d`): ``P.weight`` ->
+  ``P.net.weight`` (the official ``TemporalShift`` wrapper); ``block`` placement and temporal
+  pooling use the official wrapper modules here too (``layer1.0.net.conv1.weight``,
+  ``layer2.net.0.conv1.weight``), so they need no mapping;
+* MobileNetV2: torchvision groups conv+BN(+ReLU6) in ``Conv2dNormActivation`` modules, the
+  official ``archs/mobilenet_v2.py`` uses one flat ``nn.Sequential`` per block. Inside
+  ``features.{i}`` (an inverted-residual block):
+
+  ======================================  ===========================  ========================
+  torchvision (ours)                      official (expand ratio 6)    official (ratio 1, i=1)
+  ======================================  ===========================  ========================
+  ``conv.0.0`` pointwise / depthwise conv ``conv.0`` (shifted:         ``conv.0`` (depthwise)
+                                          ``conv.0.net``)
+  ``conv.0.1`` BN                         ``conv.1``                   ``conv.1``
+  ``conv.1.0`` depthwise conv (ratio 6)   ``conv.3``                   --
+  ``conv.1.1`` BN (ratio 6)               ``conv.4``                   --
+  ``conv.1`` pointwise-linear (ratio 1)   --                           ``conv.3``
+  ``conv.2`` pointwise-linear / BN        ``conv.6``                   ``conv.4`` (BN)
+  ``conv.3`` BN (ratio 6)                 ``conv.7``                   --
+  ======================================  ===========================  ========================
+
+  ``features.0.{0,1}`` (stem) and ``features.18.{0,1}`` (last 1x1 conv) have the same names in
+  both; the official classifier is ``nn.Dropout`` (no parameters) + ``new_fc``, as here.
+"""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .shift import ShiftConv2d
+
+# Classes per dataset in the official code (ops/dataset_config.py).
+DATASET_CLASSES = {"kinetics": 400, "something": 174, "somethingv2": 174, "jester": 27,
+                   "ucf101": 101, "hmdb51": 51, "mini-kinetics": 200}
+ARCH_NAMES = {"resnet18": "resnet18", "resnet34": "resnet34", "resnet50": "resnet50",
+              "resnet101": "resnet101", "mobilenetv2": "mobilenet_v2"}
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read or does not fit the model (message says why)."""
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Read a state dict from a ``.pth`` file safely (``torch.load(weights_only=True)``).
+
+    Accepts a plain state dict or a dict holding one under ``state_dict`` or ``model``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: unreadable / corrupt / not a state dict (the message names the file).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types for damaged files
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}. The file is "
+                              "corrupt, truncated, or not a PyTorch weights file; download it again"
+                              ) from e
+    if isinstance(obj, dict):
+        for key in ("state_dict", "model"):
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not obj or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
+        raise CheckpointError(f"{path} does not hold a state dict (a dict of name -> tensor, or a "
+                              "dict with one under 'state_dict')")
+    return obj
+
+
+def _mismatch_report(path, missing, unexpected, shapes) -> str:
+    lines = [f"checkpoint {path} does not fit the model:"]
+    if missing:
+        lines.append(f"  {len(missing)} keys the model needs are missing from the file: "
+                     + ", ".join(sorted(missing)[:20]) + (" ..." if len(missing) > 20 else ""))
+    if unexpected:
+        lines.append(f"  {len(unexpected)} keys in the file have no place in the model: "
+                     + ", ".join(sorted(unexpected)[:20]) + (" ..." if len(unexpected) > 20 else ""))
+    if shapes:
+        lines.append(f"  {len(shapes)} shape mismatches (key: file vs model): " + ", ".join(
+            f"{k}: {tuple(a)} vs {tuple(b)}" for k, a, b in shapes[:20]))
+    lines.append("  check the architecture options (arch, num_classes, shift, shift_place, "
+                 "temporal_pool) or pass them as overrides")
+    return "\n".join(lines)
+
+
+def _load_exact(module: nn.Module, sd: dict[str, torch.Tensor], path, *,
+                optional: tuple[str, ...] = ("num_batches_tracked",)) -> None:
+    """Load ``sd`` into ``module``; every key must match (``optional`` suffixes may be absent)."""
+    own = module.state_dict()
+    missing = [k for k in own if k not in sd and not k.endswith(optional)]
+    unexpected = [k for k in sd if k not in own]
+    shapes = [(k, sd[k].shape, own[k].shape) for k in own if k in sd and sd[k].shape != own[k].shape]
+    if missing or unexpected or shapes:
+        raise CheckpointError(_mismatch_report(path, missing, unexpected, shapes))
+    merged = dict(own)
+    merged.update(sd)
+    module.load_state_dict(merged, strict=True)
+
+
+def load_imagenet_state_dict(backbone: nn.Module, path: str | os.PathLike) -> None:
+    """Initialise a torchvision 2D backbone from a local torchvision ImageNet state-dict file.
+
+    Args:
+        backbone: e.g. ``torchvision.models.resnet50(weights=None)`` (before heads are replaced or
+            shifts inserted; shift convs keep torchvision's parameter names anyway).
+        path: the file torchvision downloads, e.g. ``resnet50-0676ba61.pth`` or
+            ``mobilenet_v2-b0353104.pth`` (``torchvision.models.ResNet50_Weights.IMAGENET1K_V1``).
+
+    Raises:
+        FileNotFoundError, CheckpointError: unreadable file or keys/shapes that do not match
+            (listed in the message).
+    """
+    _load_exact(backbone, read_state_dict(path), path)
+
+
+def inflate_2d_state_dict(sd2d: dict[str, torch.Tensor], model3d: nn.Module
+                          ) -> dict[str, torch.Tensor]:
+    """Inflate a torchvision ResNet-50 state dict to :class:`.i3d.I3D` (I3D, Carreira & Zisserman
+    2017, Sec. 2.4): each 2D kernel repeated over the kt frames and divided by kt.
+
+    Returns a state dict for every parameter/buffer of ``model3d`` except the new fc head.
+
+    Raises:
+        CheckpointError: a key of the 3D model is missing from the 2D state dict.
+    """
+    out, missing = {}, []
+    for k, v in model3d.state_dict().items():
+        if k.startswith("new_fc."):
+            continue
+        if k not in sd2d:
+            if not k.endswith("num_batches_tracked"):
+                missing.append(k)
+            continue
+        src = sd2d[k]
+        if v.dim() == 5 and src.dim() == 4:
+            kt = v.shape[2]
+            src = src.unsqueeze(2).repeat(1, 1, kt, 1, 1) / kt
+        out[k] = src
+    if missing:
+        raise CheckpointError("ImageNet state dict lacks keys needed to inflate I3D: "
+                              + ", ".join(missing[:20]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Official checkpoints
+
+_NAME_RE = re.compile(
+    r"^TSM_(?P<dataset>[A-Za-z0-9\-]+)_(?P<modality>RGB|Flow|RGBDiff)_(?P<arch>[A-Za-z0-9]+)"
+    r"(?:_shift(?P<div>\d+)_(?P<place>blockres|block))?(?P<tpool>_tpool)?"
+    r"_(?P<consensus>avg|identity)_segment(?P<seg>\d+)_e(?P<epochs>\d+)(?P<rest>(?:_[A-Za-z0-9]+)*)$")
+
+
+def parse_official_name(path: str | os.PathLike) -> dict[str, Any]:
+    """Options encoded in an official TSM checkpoint file name.
+
+    ``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth`` ->
+    ``{"build": {"arch": "resnet50", "num_classes": 400, "num_segments": 8, "shift":
+    "bidirectional", "shift_div": 8, "shift_place": "blockres", "temporal_pool": False},
+    "dataset": "kinetics", "epochs": 50, "dense": False}``. No ``shift`` part = a TSN.
+    ``_dense`` (dense frame sampling at training/test) is reported as ``dense``.
+
+    Raises:
+        ValueError: the name does not follow the official pattern; non-local models (``_nl``),
+            Flow / RGBDiff modality, a consensus other than avg, or an unsupported arch - each
+            with a message saying what is not supported.
+    """
+    name = Path(path).name
+    stem = name[:-4] if name.endswith(".pth") else (name[:-8] if name.endswith(".pth.tar") else name)
+    m = _NAME_RE.match(stem)
+    if not m:
+        raise ValueError(f"{name!r} is not an official TSM checkpoint name (expected e.g. "
+                         "TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth); pass "
+                         "arch=, num_classes=, num_segments=, shift= ... as overrides")
+    rest = [t for t in m["rest"].split("_") if t]
+    if "nl" in rest:
+        raise ValueError(f"{name}: non-local TSM checkpoints (_nl) are not supported: tsm_ds has no "
+                         "non-local blocks; use the plain TSM checkpoint of the same setting")
+    if m["modality"] != "RGB":
+        raise ValueError(f"{name}: {m['modality']} checkpoints are not supported: tsm_ds models take "
+                         "RGB clips (N, T, 3, H, W); Flow needs stacked optical-flow input")
+    if m["consensus"] != "avg":
+        raise ValueError(f"{name}: consensus {m['consensus']!r} is not supported (avg only)")
+    arch = ARCH_NAMES.get(m["arch"])
+    if arch is None:
+        raise ValueError(f"{name}: arch {m['arch']!r} is not supported; supported: "
+                         + ", ".join(ARCH_NAMES))
+    known = {"dense"}
+    other = [t for t in rest if t not in known]
+    if other:
+        warnings.warn(f"{name}: name parts {other} are not model options and were not used "
+                      "(e.g. a learning-rate schedule or a suffix)", stacklevel=2)
+    build = {"arch": arch, "num_classes": DATASET_CLASSES.get(m["dataset"]),
+             "num_segments": int(m["seg"]),
+             "shift": "bidirectional" if m["div"] else None,
+             "shift_div": int(m["div"]) if m["div"] else 8,
+             "shift_place": m["place"] or "blockres", "temporal_pool": bool(m["tpool"])}
+    return {"build": build, "dataset": m["dataset"], "epochs": int(m["epochs"]),
+            "dense": "dense" in rest}
+
+
+def _mobilenet_official_path(tv_path: str, model: nn.Module) -> str:
+    """Map a torchvision MobileNetV2 module path (relative to ``base_model``) to the official one."""
+    parts = tv_path.split(".")
+    if len(parts) < 4 or parts[0] != "features" or parts[2] != "conv":
+        return tv_path
+    block = model.base_model.features[int(parts[1])]
+    expand = len(block.conv) == 4
+    table = ({("0", "0"): "0", ("0", "1"): "1", ("1", "0"): "3", ("1", "1"): "4", ("2",): "6",
+              ("3",): "7"} if expand else
+             {("0", "0"): "0", ("0", "1"): "1", ("1",): "3", ("2",): "4"})
+    sub = tuple(parts[3:])
+    for key, off in table.items():
+        if sub[:len(key)] == key:
+            return ".".join(parts[:3] + [off] + list(sub[len(key):]))
+    return tv_path
+
+
+def official_key(key: str, model: nn.Module) -> str:
+    """The official checkpoint key of our state-dict ``key`` (see the module docstring)."""
+    mod_path, _, leaf = key.rpartition(".")
+    mod = model.get_submodule(mod_path) if mod_path else model
+    path = mod_path
+    arch = getattr(model, "config", {}).get("arch")
+    if arch == "mobilenet_v2" and path.startswith("base_model."):
+        path = "base_model." + _mobilenet_official_path(path[len("base_model."):], model)
+    if isinstance(mod, ShiftConv2d):
+        path += ".net"
+    return "module." + path + "." + leaf
+
+
+def convert_official_state_dict(official: dict[str, torch.Tensor], model: nn.Module
+                                ) -> dict[str, torch.Tensor]:
+    """Rename an official state dict to ``model``'s keys; unmatched official keys keep their name
+    (so that :func:`_load_exact` lists them). ``module.`` prefixes are optional in the input.
+    """
+    if not any(k.startswith("module.") for k in official):
+        official = {"module." + k: v for k, v in official.items()}
+    to_ours = {official_key(k, model): k for k in model.state_dict()}
+    # official dropout=0 layout puts the head at base_model.fc / classifier (ops/models.py)
+    for head in ("module.base_model.fc", "module.base_model.classifier"):
+        if head + ".weight" in official and "module.new_fc.weight" not in official:
+            to_ours[head + ".weight"], to_ours[head + ".bias"] = "new_fc.weight", "new_fc.bias"
+    return {to_ours.get(k, k): v for k, v in official.items()}
+
+
+def load_official_checkpoint(path: str | os.PathLike, **overrides: Any) -> nn.Module:
+    """Build the model an official TSM checkpoint file describes and load its weights.
+
+    Args:
+        path: an official ``.pth`` file (see :func:`parse_official_name` for the names).
+        **overrides: :func:`tsm_ds.models.build_model` arguments that replace the parsed ones
+            (e.g. ``num_classes=`` for an unknown dataset, ``dropout=``); with ``arch`` and
+            ``num_classes`` given, the name need not follow the official pattern.
+
+    Returns:
+        The model (eval mode) whose logits equal the official model's for the same input.
+
+    Raises:
+        ValueError: unsupported variant (non-local, Flow, ...) or options missing.
+        FileNotFoundError / CheckpointError: unreadable file, or keys that do not match (the
+            message lists missing, unexpected and shape-mismatched keys).
+    """
+    from .tsm import build_model
+
+    try:
+        opts = parse_official_name(path)["build"]
+    except ValueError as e:
+        if "not an official" not in str(e) or not {"arch", "num_classes"} <= overrides.keys():
+            raise
+        opts = {}
+    opts.update(overrides)
+    if opts.get("num_classes") is None:
+        raise ValueError(f"{Path(path).name}: unknown dataset, pass num_classes=")
+    opts.pop("pretrained", None)
+    model = build_model(**opts)
+    sd = convert_official_state_dict(read_state_dict(path), model)
+    _load_exact(model, sd, path)
+    return model.eval()
