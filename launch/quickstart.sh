@@ -37,6 +37,6 @@ fi
 start=$(date +%s)
 "${launcher[@]}" tsm_ds/train.py --deepspeed_config "$CONFIG" "${args[@]}" \
   --arch resnet18 --num-segments 8 --img-size 112 --epochs 6 \
-  --batch-size 4 --micro-batch-size 2 --lr 0.01 --lr-steps 4 --num-workers 1 \
-  --output-dir runs --run-name quickstart --resume auto --no-progress "$@"
+  --batch-size 4 --micro-batch-size 2 --lr 0.004 --warmup-steps 2 --lr-steps 4 --num-workers 1 \
+  --output-dir runs --run-name quickstart --resume auto "$@"
 echo "quickstart: wall time $(( $(date +%s) - start )) s; TensorBoard: tensorboard --logdir runs/quickstart/tensorboard"

@@ -121,7 +121,8 @@ def _run_scenario(sc: dict) -> None:
                              seed=sc.get("seed", 0), num_workers=sc.get("num_workers", 0),
                              resume=sc.get("resume"), save_every_steps=sc.get("save_every_steps", 0),
                              class_names=["a", "b", "c"], flags=sc["flags"], progress=False, step_callback=cb)
-    tr = Trainer(model, Clips(sc["n"]), Clips(5, seed=9), load_config(RECIPE), settings, param_groups=tiny_groups)
+    recipe = REPO / "ds_configs" / sc["recipe"] if "recipe" in sc else RECIPE
+    tr = Trainer(model, Clips(sc["n"]), Clips(5, seed=9), load_config(recipe), settings, param_groups=tiny_groups)
     tr.fit()
     rank = dist.get_rank()
     torch.save({"params": {k: v.detach().clone() for k, v in tr.engine.module.named_parameters()},
@@ -185,6 +186,13 @@ def runs(tmp_path_factory):
            dict(common, kind="train", name="w2_bn", run_dir=str(tmp / "w2_bn"), frozen_bn=False,
                 flags={"batch_size": 2 * B, "micro_batch_size": B, "lr": 0.2, "lr_steps": [1]}),
            {"kind": "eval", "out": str(tmp / "eval2"), "n": 7}]
+    # the CPU recipes, 2 ranks, 2 steps each (BN trained: bf16 buffers must work)
+    for recipe in RECIPES_2RANK:
+        flags = {"batch_size": 2 * B, "micro_batch_size": B}
+        flags.update({"warmup_steps": 1} if recipe in ("cpu_lamb.json", "cpu_lars.json") else
+                     {"lr": 0.2, "lr_steps": [1]})
+        two.append(dict(common, kind="train", name=recipe, run_dir=str(tmp / recipe), frozen_bn=False, max_steps=2,
+                        recipe=recipe, flags=flags))
     killed = [dict(one[2], name="killed", run_dir=str(tmp / "resumed"), kill_at_step=11)]
     p1 = _launch(one, 1, tmp, "one")
     p2 = _launch(two, 2, tmp, "two")
@@ -226,6 +234,29 @@ def test_parameters_and_bn_stats_identical_across_ranks(runs):
     assert torch.equal(b0["bn.running_mean"], b1["bn.running_mean"])
     assert torch.equal(b0["bn.running_var"], b1["bn.running_var"])
     assert not torch.equal(b0["bn.running_mean"], torch.zeros(4))  # BN did train
+
+
+RECIPES_2RANK = ["cpu_bf16.json", "cpu_bf16_autocast.json", "cpu_zero1.json", "cpu_comm_bf16.json",
+                 "cpu_lamb.json", "cpu_lars.json"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", RECIPES_2RANK)
+def test_cpu_recipes_two_ranks(runs, recipe):
+    r0, r1 = _load(runs, recipe, 0), _load(runs, recipe, 1)
+    assert r0["step"] == 2
+    torch.manual_seed(0)
+    init = dict(Tiny(frozen_bn=False).named_parameters())
+    for k in r0["params"]:
+        assert torch.equal(r0["params"][k], r1["params"][k]), f"{recipe}: {k} differs across ranks"
+        assert torch.isfinite(r0["params"][k].float()).all()
+    moved = (r0["params"]["new_fc.weight"].float() - init["new_fc.weight"]).abs().max()
+    assert moved > 1e-4, f"{recipe}: the fc weight did not move"
+    if recipe == "cpu_bf16.json":
+        assert r0["params"]["conv.weight"].dtype == torch.bfloat16
+        assert r0["buffers"]["bn.running_mean"].dtype == torch.bfloat16  # data_types.buffer_dtype
+    if recipe == "cpu_bf16_autocast.json":
+        assert r0["params"]["conv.weight"].dtype == torch.float32
 
 
 @pytest.mark.slow

@@ -308,6 +308,7 @@ class Trainer:
         s, eng = self.s, self.engine
         self._last_saved = -1
         start_epoch, skip_micro = self._resume()
+        start_step = self.global_step
         micro_per_epoch = self.steps_per_epoch * self.accum
         if skip_micro >= micro_per_epoch:
             start_epoch, skip_micro = start_epoch + 1, 0
@@ -408,6 +409,11 @@ class Trainer:
                                      extra={"epoch": epoch, "step": self.global_step, "val_top1": val["top1"]})
             self.writer.flush()
             self.save(epoch + 1 if done else epoch, 0 if done else micro_i)
+        if not val and self.global_step == start_step:
+            if self.rank == 0:
+                log.info("nothing left to train (step %d of %d): evaluating the checkpoint", self.global_step,
+                         self.total_steps)
+            val = self.evaluate()
         if self._last_saved != self.global_step:
             self.save(epoch, micro_i)
         if self.rank == 0:
