@@ -189,8 +189,9 @@ def runs(tmp_path_factory):
     # the CPU recipes, 2 ranks, 2 steps each (BN trained: bf16 buffers must work)
     for recipe in RECIPES_2RANK:
         flags = {"batch_size": 2 * B, "micro_batch_size": B}
-        flags.update({"warmup_steps": 1} if recipe in ("cpu_lamb.json", "cpu_lars.json") else
-                     {"lr": 0.2, "lr_steps": [1]})
+        # LARS scales each layer's step by trust_coeff x |w| / |g| (0.001): it needs a large lr
+        flags.update({"cpu_lamb.json": {"warmup_steps": 1, "lr": 0.05},
+                      "cpu_lars.json": {"warmup_steps": 1, "lr": 2.0}}.get(recipe, {"lr": 0.2, "lr_steps": [1]}))
         two.append(dict(common, kind="train", name=recipe, run_dir=str(tmp / recipe), frozen_bn=False, max_steps=2,
                         recipe=recipe, flags=flags))
     killed = [dict(one[2], name="killed", run_dir=str(tmp / "resumed"), kill_at_step=11)]
