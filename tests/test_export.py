@@ -63,7 +63,7 @@ def test_export_clip_model_cli_pt2_and_onnx(tmp_path, capsys):
     meta = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
     assert json.loads(meta["class_names"]) == names
     printed = capsys.readouterr().out
-    assert "pt2:" in printed and "onnx:" in printed and "OK" in printed
+    assert "pt2:" in printed and "onnx:" in printed and "OK" in printed and "MISMATCH" not in printed
 
 
 def test_export_online_step_with_explicit_caches(tmp_path):
@@ -110,3 +110,15 @@ def test_export_refuses_online_for_bidirectional_and_unknown_format(tmp_path):
                         formats=["pt2"])
     with pytest.raises(ValueError, match="formats"):
         ex.export_model(_model("bidirectional"), tmp_path, num_segments=T, img_size=SIZE, formats=["torchscript"])
+
+
+def test_compare_tolerance_scales_with_each_output():
+    ref = (torch.tensor([100.0, 0.0]), torch.tensor([1.0, -2.0]))
+    # output 0: |diff| 5e-4 <= 1e-4 + 1e-5 * 100 = 1.1e-3 (although 5e-4 > atol at the zero element)
+    ok = ex.compare(ref, (np.array([100.0, 5e-4]), np.array([1.0, -2.0])), atol=1e-4, rtol=1e-5)
+    assert ok["ok"] and ok["max_abs_diff"] == pytest.approx(5e-4) and ok["max_rel_diff"] == pytest.approx(5e-6)
+    # output 1: |diff| 1e-3 > 1e-4 + 1e-5 * 2
+    bad = ex.compare(ref, (np.array([100.0, 0.0]), np.array([1.0, -2.001])), atol=1e-4, rtol=1e-5)
+    assert not bad["ok"] and bad["max_abs_diff"] == pytest.approx(1e-3, rel=1e-4)
+    with pytest.raises(ValueError, match="outputs"):
+        ex.compare(ref, (np.zeros(2),), atol=1e-4, rtol=1e-5)

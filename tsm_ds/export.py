@@ -18,9 +18,15 @@ from the same ``torch.export`` program, so both files hold one graph. ONNX needs
 extra (``pip install tsm_ds[export]``: onnx, onnxscript; onnxruntime for the check).
 
 Check: after writing, each file is loaded back and run on fresh random inputs (a batch size other
-than the example's when N is dynamic); the largest absolute difference to the PyTorch model must
-stay within ``atol + rtol * |reference|`` (defaults 1e-4 and 1e-4, float32 on CPU), else the
-command fails (exit status 1). The figures go to ``export.json``.
+than the example's when N is dynamic; for the online step, non-zero caches from a first step).
+For every output, the largest absolute difference to the PyTorch model must stay within
+``atol + rtol * max|reference output|`` (defaults 1e-4 and 1e-5), else the command fails (exit
+status 1). The tolerance scales with each output's largest magnitude, not element by element:
+float32 rounding in a convolution grows with the size of the activations it sums, and the online
+caches are raw activations (up to ~100 in ResNet-50) next to small logits. Measured (CPU,
+ResNet-50, T=8, 224 px, random weights): .pt2 bit-identical; ONNX Runtime 1.32 max |diff| 1.4e-6
+(clip model, 2.7e-7 of the largest logit) and 1.8e-4 (online step incl. caches, 1.5e-6 of the
+largest cache value). The figures go to ``export.json``.
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 DEFAULT_ATOL = 1e-4
-DEFAULT_RTOL = 1e-4
+DEFAULT_RTOL = 1e-5
 
 
 class OnlineStep(nn.Module):
@@ -190,8 +196,8 @@ def compare(reference: Sequence[torch.Tensor], candidate: Sequence[Any], *, atol
             ) -> dict[str, Any]:
     """Largest differences between reference outputs and a candidate's (tensors or numpy arrays).
 
-    Returns ``{"max_abs_diff": float, "max_rel_diff": float (max |diff| / max |ref|, per output),
-    "ok": max over elements of |diff| - (atol + rtol*|ref|) <= 0, "atol", "rtol"}``.
+    Returns ``{"max_abs_diff": float, "max_rel_diff": float (max |diff| / max |ref|, worst output),
+    "ok": every output has max |diff| <= atol + rtol * max |ref|, "atol", "rtol"}``.
 
     Raises ValueError: different numbers of outputs or shapes.
     """
@@ -209,7 +215,7 @@ def compare(reference: Sequence[torch.Tensor], candidate: Sequence[Any], *, atol
         diff = (got - ref).abs()
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float(diff.max() / ref.abs().max().clamp_min(1e-12)))
-        ok = ok and bool((diff <= atol + rtol * ref.abs()).all())
+        ok = ok and float(diff.max()) <= atol + rtol * float(ref.abs().max())
     return {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "ok": ok, "atol": atol, "rtol": rtol}
 
 
@@ -247,7 +253,7 @@ def export_model(model: nn.Module, out_dir: str | os.PathLike, *, num_segments: 
         formats: any of ``"pt2"``, ``"onnx"``.
         dynamic_batch: keep N symbolic.
         name: file stem.
-        atol, rtol: tolerance of the check (float32: 1e-4 each by default).
+        atol, rtol: tolerance of the check: max |diff| <= atol + rtol * max |reference| per output.
         opset: ONNX opset (None: exporter default).
         seed: seed of the random example and check inputs.
         metadata: JSON-able facts stored in export.json and the ONNX metadata (class names, config).
@@ -335,7 +341,7 @@ def export_model(model: nn.Module, out_dir: str | os.PathLike, *, num_segments: 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds export`` argument parser."""
-    p = argparse.ArgumentParser(prog="tsm-ds export", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="tsm-ds export", description=__doc__.split("\n\n")[0].replace("``", ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True,
                    help="exported state dict (.pt: state_dict, model_config, class_names), a DeepSpeed "
@@ -385,7 +391,7 @@ def main(argv: list[str]) -> int:
         if "max_abs_diff" in check:
             status = "OK" if check["ok"] else "MISMATCH"
             print(f"{fmt}: {path}  max |diff| {check['max_abs_diff']:.3g} (rel {check['max_rel_diff']:.3g}); "
-                  f"tolerance atol {args.atol:g} + rtol {args.rtol:g}: {status}")
+                  f"limit atol {args.atol:g} + rtol {args.rtol:g} x max|output|: {status}")
         else:
             print(f"{fmt}: {path}  ({check.get('onnxruntime', 'not checked')})")
     print(f"report: {Path(args.out) / 'export.json'}")

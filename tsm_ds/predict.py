@@ -191,7 +191,7 @@ def predict_online(model: torch.nn.Module, path: str, class_names: list[str], *,
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds predict`` argument parser."""
-    p = argparse.ArgumentParser(prog="tsm-ds predict", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="tsm-ds predict", description=__doc__.split("\n\n")[0].replace("``", ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("videos", nargs="+", metavar="VIDEO", help="video files")
     p.add_argument("--checkpoint", required=True,

@@ -2,7 +2,7 @@
 
 One process::
 
-    tsm-ds eval --checkpoint runs/x/best.pt --data ../shared/data/videos --split val \\
+    tsm-ds eval --checkpoint runs/x/best_model.pt --data ../shared/data --split val \\
         --num-clips 10 --num-crops 3 --out results/x
 
 Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
@@ -328,7 +328,7 @@ def init_distributed_from_env() -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds eval`` argument parser."""
-    p = argparse.ArgumentParser(prog="tsm-ds eval", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="tsm-ds eval", description=__doc__.split("\n\n")[0].replace("``", ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True,
                    help="exported state dict file, DeepSpeed checkpoint directory, or official TSM .pth")
@@ -336,9 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="label map (one class name a line), e.g. kinetics400_labels.txt; "
                         "needed for official checkpoints, overrides the checkpoint's names")
     d = p.add_argument_group("data")
-    d.add_argument("--data", default=None, help="class-folder root (<root>/<class>/<video>)")
+    d.add_argument("--data", default=None,
+                   help="class-folder root (<root>/<class>/<video>); with --split, a root holding "
+                        "manifest.csv and videos/ (../shared/data)")
     d.add_argument("--split", choices=["train", "val"], default=None,
-                   help="with --data: the manifest.csv source-group split (../shared/data/videos)")
+                   help="with --data: the source-video split of manifest.csv (tsm_ds.data.records."
+                        "split_by_source_group)")
     d.add_argument("--list", default=None, help="video list file: '<path> <label>' lines")
     d.add_argument("--root", default=None, help="root that --list paths are relative to")
     v = p.add_argument_group("test protocol")
