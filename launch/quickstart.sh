@@ -21,6 +21,10 @@ if [ -d "$DATA" ]; then
   args+=(--data "$DATA")
 elif [ -n "${TSM_DS_DATA:-}" ]; then
   echo "quickstart: TSM_DS_DATA=$TSM_DS_DATA is not a directory" >&2; exit 2
+else
+  # no real clips: train.py generates the demo dataset (64 px motion-direction clips, 4 classes)
+  echo "quickstart: $DATA not found: training on the generated demo dataset instead"
+  args+=(--img-size 64 --epochs 3 --batch-size 8 --micro-batch-size 4 --lr 0.02 --lr-steps 2)
 fi
 
 launcher=(deepspeed --num_gpus "$NPROC")
@@ -35,8 +39,8 @@ else
 fi
 
 start=$(date +%s)
-"${launcher[@]}" tsm_ds/train.py --deepspeed_config "$CONFIG" "${args[@]}" \
+"${launcher[@]}" tsm_ds/train.py --deepspeed_config "$CONFIG" \
   --arch resnet18 --num-segments 8 --img-size 112 --epochs 6 \
   --batch-size 4 --micro-batch-size 2 --lr 0.004 --warmup-steps 2 --lr-steps 4 --num-workers 1 \
-  --output-dir runs --run-name quickstart --resume auto "$@"
+  --output-dir runs --run-name quickstart --resume auto "${args[@]}" "$@"
 echo "quickstart: wall time $(( $(date +%s) - start )) s; TensorBoard: tensorboard --logdir runs/quickstart/tensorboard"

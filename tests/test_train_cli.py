@@ -129,3 +129,18 @@ def test_failed_save_keeps_previous_checkpoint(tmp_path):
     assert json.loads((tmp_path / "step00000004" / "complete.json").read_text()) == {"step": 4, "world_size": 1}
     with pytest.raises(FileNotFoundError, match="complete tags"):
         m.resolve("step00000003")
+
+
+def test_demo_dataset_fallback(monkeypatch, tmp_path):
+    import logging
+    pytest.importorskip("tsm_ds.data.synthetic")
+    monkeypatch.setattr(train, "DEFAULT_SHARED", tmp_path / "absent")
+    monkeypatch.delenv("TSM_DS_DATA", raising=False)
+    a = train.build_parser().parse_args(["--output-dir", str(tmp_path), "--demo-clips", "2", "--img-size", "32",
+                                         "--num-segments", "4"])
+    tr, va, names, desc = train.build_datasets(a, logging.getLogger("t"))
+    assert a.no_flip  # direction classes: a flipped "moving_left" clip would be "moving_right"
+    assert len(names) == 4 and len(tr) == 2 * 4 and len(va) == 2 * 4
+    assert sorted(r.label for r in tr.records) == [0, 0, 1, 1, 2, 2, 3, 3]
+    item = tr[0]
+    assert item["clip"].shape == (4, 3, 32, 32) and item["index"] == 0 and item["bad"] == 0

@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--img-size", type=int, default=224, help="crop side in pixels")
     d.add_argument("--no-flip", action="store_true", help="no horizontal flip (direction-sensitive classes)")
     d.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes per rank")
+    d.add_argument("--demo-clips", type=int, default=48,
+                   help="training clips per class of the generated demo dataset (used only without data)")
     m = p.add_argument_group("model")
     m.add_argument("--arch", default="resnet50", help="resnet18/34/50/101, mobilenet_v2, i3d_resnet50")
     m.add_argument("--num-segments", type=int, default=8, help="T, frames per clip")
@@ -146,7 +148,8 @@ def build_datasets(args, log) -> tuple:
                     f"at {DEFAULT_SHARED}, which does not exist on this machine")
             root = Path(args.output_dir) / "demo_data"
             log.info("no data given and %s absent: generating the demo dataset in %s", DEFAULT_SHARED, root)
-            info = make_demo_dataset(root, seed=args.seed)
+            info = make_demo_dataset(root, seed=args.seed, train_per_class=args.demo_clips,
+                                     val_per_class=max(2, args.demo_clips // 4))
             args.train_list, args.val_list = info["train_list"], info["val_list"]
             args.classes_list = list(info["classes"])
             if not args.no_flip:
