@@ -60,8 +60,16 @@ def test_chunk_layout_padding_and_counts():
     # segment 51 -> 4 chunks of 13 -> rounded to 16 elements: seg 64, padded 128 (a multiple of 2*8)
     assert (lay.k, lay.c, lay.seg, lay.padded) == (4, 16, 64, 128)
     assert lay.counts().tolist() == [16, 16, 16, 16, 16, 16, 5, 0]
-    lay = ChunkLayout.build(24_300_000, 2, 65536)
-    assert lay.padded % 16 == 0 and lay.c <= 65536 and lay.padded - lay.n < 2 * 8 * lay.k
+    # three tensors: chunks never straddle two of them
+    lay = ChunkLayout.build([10, 3, 20], 2, 8)
+    assert (lay.c, lay.k, lay.offsets, lay.padded, lay.n) == (8, 3, (0, 16, 24), 48, 33)
+    assert lay.counts().tolist() == [8, 2, 3, 8, 8, 4]
+    assert lay.pad_index().tolist() == list(range(10, 16)) + list(range(19, 24)) + list(range(44, 48))
+    parts = [torch.arange(10.), -torch.arange(1., 4.).view(3, 1), torch.full((4, 5), 7.)]
+    buf = torch.zeros(48)
+    lay.scatter(parts, buf)
+    assert buf[16:19].tolist() == [-1, -2, -3] and buf[lay.pad_index()].abs().sum() == 0
+    assert torch.equal(lay.gather(buf), torch.cat([t.reshape(-1) for t in parts]))
     with pytest.raises(ValueError, match="chunk_size >= 8"):
         ChunkLayout.build(10, 2, 4)
 
@@ -144,15 +152,20 @@ def _gather(x: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _identity_worker(rank):
-    n, chunk, freeze, steps = 1003, 64, 2, 14
+    sizes, chunk, freeze, steps = (300, 7, 696), 64, 2, 14
+    n = sum(sizes)
+    params = [torch.nn.Parameter(torch.zeros(k, dtype=torch.float64)) for k in sizes]
     comp = OneBitCompressor(freeze_step=freeze, chunk_size=chunk, dtype=torch.float64, trace=True)
     g = torch.Generator().manual_seed(100 + rank)
     sum_in = torch.zeros(n, dtype=torch.float64)
     sum_sent = torch.zeros(n, dtype=torch.float64)
-    lay = None
     for t in range(steps):
         x = torch.randn(n, generator=g, dtype=torch.float64) * (1 + t % 3)
-        out = comp.allreduce_flat(x)
+        x[300:307] *= 1e-3                                 # a "bias" 1000x smaller: its own chunk
+        for p, part in zip(params, x.split(sizes)):
+            p.grad = part.clone()
+        comp.allreduce(params)
+        out = torch.cat([p.grad for p in params])
         both_in = _gather(x)
         outs = _gather(out)
         assert torch.equal(outs[0], outs[1]), "ranks disagree on the averaged gradient"
@@ -164,39 +177,41 @@ def _identity_worker(rank):
         lay = comp.layout
         ex = comp.last_exchange
         assert comp.stats()["compression/phase"] == 1.0
+        assert torch.equal(ex["input"], x)
         sum_in += x
-        sent = decode_scaled_sign(ex["worker_packed"], ex["worker_scales"], lay.c, torch.float64)
-        sent[n:] = 0                                                      # padding is not transmitted data
-        sum_sent += sent[:n]
+        sent_padded = decode_scaled_sign(ex["worker_packed"], ex["worker_scales"], lay.c, torch.float64)
+        sent = lay.gather(sent_padded)                                    # padding is not gradient
+        sum_sent += sent
+        # the small tensor's chunk has its own scale: what it sends is ~1e-3, not the others' ~1
+        assert sent[300:307].abs().max() < 0.05
         # the server input is the mean of the two ranks' decoded messages for this rank's segment
-        sents = _gather(sent)
+        sents = _gather(sent_padded)
         seg = slice(rank * lay.seg, (rank + 1) * lay.seg)
         mean = torch.zeros(lay.seg, dtype=torch.float64)
-        mean.add_(sents[0][seg]).add_(sents[1][seg]).div_(2)
+        mean.add_(sents[0][seg]).add_(sents[1][seg]).div_(2).index_fill_(0, comp._pad_idx_seg, 0)
         assert torch.equal(ex["server_input"], mean)
         # the output is the decode of the all-gathered server messages
         s_bits, s_scales = _gather(ex["server_packed"]), _gather(ex["server_scales"])
-        dec = decode_scaled_sign(torch.cat(s_bits), torch.cat(s_scales), lay.c, torch.float64)[:n]
-        assert torch.equal(dec, out)
+        dec = decode_scaled_sign(torch.cat(s_bits), torch.cat(s_scales), lay.c, torch.float64)
+        assert torch.equal(lay.gather(dec), out) and torch.equal(ex["output"], out)
         if t == freeze:
             server_in_sum = torch.zeros(lay.seg, dtype=torch.float64)
             server_out_sum = torch.zeros(lay.seg, dtype=torch.float64)
         server_in_sum += ex["server_input"]
         server_out_sum += decode_scaled_sign(ex["server_packed"], ex["server_scales"], lay.c, torch.float64)
     # worker identity: transmitted + final error == inputs (error buffers start at zero)
-    err = (sum_sent + comp.worker_error[:n] - sum_in).abs().max().item()
+    err = (sum_sent + lay.gather(comp.worker_error) - sum_in).abs().max().item()
     assert err < TOL, err
-    assert comp.worker_error[n:].abs().max() == 0
+    assert comp.worker_error[lay.pad_index()].abs().max() == 0
     # the error is not trivially zero: compression really lost something each step
     assert comp.worker_error.abs().max() > 0.1
-    # server identity on this rank's segment (padding decodes to 0 on the server's output)
-    valid = min(max(n - rank * lay.seg, 0), lay.seg)
-    server_out_sum[valid:] = 0
+    # server identity on this rank's segment (padding decodes to +-scale; it is not gradient)
+    server_out_sum.index_fill_(0, comp._pad_idx_seg, 0)
     err = (server_out_sum + comp.server_error - server_in_sum).abs().max().item()
     assert err < TOL, err
     # bytes: 2 (w-1)/w * (bits + scales) vs 2 (w-1)/w * 4n for fp32
     st = comp.stats()
-    k, c = lay.k, lay.c
+    k = lay.k
     assert st["compression/bytes_sent"] == 0.5 * (lay.padded // 8 + 2 * k * 8) + (lay.seg // 8 + k * 8)
     assert st["compression/bytes_fp32_allreduce"] == 4 * n
     # an inf on one rank: full-precision fallback, every rank sees it, error buffers untouched
@@ -204,7 +219,10 @@ def _identity_worker(rank):
     x = torch.randn(n, generator=g, dtype=torch.float64)
     if rank == 1:
         x[5] = float("inf")
-    out = comp.allreduce_flat(x)
+    for p, part in zip(params, x.split(sizes)):
+        p.grad = part.clone()
+    comp.allreduce(params)
+    out = torch.cat([p.grad for p in params])
     assert comp.stats()["compression/phase"] == -1.0 and comp.step == step + 1
     assert out[5] == float("inf") and torch.isfinite(out[6:]).all()
     assert torch.equal(comp.worker_error, ew) and torch.equal(comp.server_error, es)

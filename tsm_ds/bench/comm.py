@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="3 reps, 1 warm-up (same gradient size)")
     p.add_argument("--flat", action="store_true", help="one flat parameter instead of the TSM-R50 layout")
     p.add_argument("--numel", type=int, default=TSM_R50_NUMEL, help="elements of the flat parameter")
-    p.add_argument("--chunk-size", type=int, default=65536, help="1-bit: elements per scale")
+    p.add_argument("--chunk-size", type=int, default=1024, help="1-bit: elements per scale (the JSON default)")
     p.add_argument("--methods", default="fp32,bf16,fp16,onebit", help="comma list of fp32,bf16,fp16,onebit")
     p.add_argument("--timeout", type=float, default=1500.0, help="seconds before the launcher is stopped")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
