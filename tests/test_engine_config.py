@@ -47,6 +47,15 @@ def test_accumulation_from_global_and_micro():
     assert ds["train_micro_batch_size_per_gpu"] == 8
 
 
+def test_micro_batch_from_global_only():
+    ds, *_ = resolve(base(), world=1, n=100, batch_size=2)
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (2, 1)
+    ds, *_ = resolve(base(), world=2, n=100, batch_size=36)  # 18 per rank = 6 x 3
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (6, 3)
+    with pytest.raises(ConfigError, match="train_batch_size 5 is not divisible by the world size 2"):
+        resolve(base(), world=2, n=100, batch_size=5)
+
+
 def test_uneven_accumulation_names_the_numbers():
     with pytest.raises(ConfigError, match=r"train_batch_size 64 is not divisible by train_micro_batch_size_per_gpu 8 x world size 3 = 24"):
         resolve(base(train_batch_size=64, train_micro_batch_size_per_gpu=8), world=3, n=1000)

@@ -15,7 +15,8 @@ Filling rules (every filled value is returned in ``filled`` and logged by the tr
 
 - batch sizes: ``train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
   world size``; a recipe fixes the micro-batch and the global batch and the accumulation is derived;
-  an uneven division is an error naming the numbers.
+  an uneven division is an error naming the numbers. With only the global batch known, the
+  micro-batch is the largest divisor of the clips per rank up to 8 (the official 8 per GPU).
 - lr (``"auto"``): ``--lr`` if given, else the optimizer's scaling rule applied to the global batch:
   linear for SGD / LARS (Goyal et al. 2017, "Accurate, Large Minibatch SGD", Sec. 2.1; the official
   TSM recipe is 0.02 per 128 clips), square root for LAMB / Adam (You et al. 2020, "Large Batch
@@ -199,6 +200,13 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
                 raise ConfigError(f"train_batch_size {g} is not divisible by gradient_accumulation_steps "
                                   f"{a} x world size {W} = {a * W}: change `train_batch_size`")
             m = g // (a * W)
+        elif g != AUTO:
+            if g % W:
+                raise ConfigError(f"train_batch_size {g} is not divisible by the world size {W}: change "
+                                  f"`train_batch_size` or the number of ranks")
+            # the largest micro-batch <= 8 (official per GPU) that divides the clips per rank
+            per_rank = g // W
+            m = max(d for d in range(1, min(DEFAULTS["micro_batch_size"], per_rank) + 1) if per_rank % d == 0)
         else:
             m = DEFAULTS["micro_batch_size"]
         filled["train_micro_batch_size_per_gpu"] = m
