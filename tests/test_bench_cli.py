@@ -78,16 +78,21 @@ def test_plots_from_bench_rows(tmp_path):
          "train_clips_per_s_iqr": 0.1},
         {"model": "i3d_resnet50", "frames": 32, "train_clips_per_s": 0.3, "infer_clips_per_s": 1.0}],
         tmp_path)
+    report.write_report("data", [
+        {"input": "real clips (17)", "loader": "tsm_ds", "clips_per_s": 25.0},
+        {"input": "real clips (17)", "loader": "decode_all", "clips_per_s": 17.0},
+        {"input": "1-min 360p, keyframe every 250", "loader": "tsm_ds", "clips_per_s": 3.0},
+        {"input": "1-min 360p, keyframe every 250", "loader": "decord", "clips_per_s": None,
+         "error": "ModuleNotFoundError"}], tmp_path)
     report.write_report("comm", [{"method": "fp32", "bytes_per_step": 9.7e7},
                                  {"method": "onebit", "bytes_per_step": 3.1e6}], tmp_path)
     res = plots.make_plots(tmp_path)
-    for name in ("models", "comm"):
+    for name in ("models", "comm", "data"):
         assert isinstance(res[name], Path) and res[name].read_bytes()[:8] == PNG_MAGIC
     assert plots.numeric_columns(json.loads((tmp_path / "models.json").read_text())["rows"],
                                  contains=("clips_per_s",), exclude=("iqr",)) == [
         "train_clips_per_s", "infer_clips_per_s"]
     assert plots.row_label({"model": "i3d_resnet50", "frames": 32}) == "i3d_resnet50 32f"
-    assert res["data"] == "no data.json"
 
 
 def test_report_atomic_and_read(tmp_path):
@@ -114,6 +119,10 @@ def test_summary_collects_headline_numbers(tmp_path):
                                  {"method": "onebit", "bytes_sent_per_rank": 3.05e6, "time_ms": 200.0}],
                         tmp_path, meta={"world_size": 2})
     report.write_report("shift_op", [{"op": "inplace", "median_s": 0.01}], tmp_path)
+    report.write_report("data", [
+        {"input": "real clips (17)", "loader": "tsm_ds", "clips_per_s": 25.0},
+        {"input": "real clips (17)", "loader": "decode_all", "clips_per_s": 12.5},
+        {"input": "real clips (17)", "loader": "decord", "clips_per_s": None, "error": "absent"}], tmp_path)
     results = [{"bench": "models", "argv": "--out X", "rc": 0, "seconds": 1.0, "status": "ok"},
                {"bench": "comm", "argv": "", "rc": 1, "seconds": 2.0, "status": "failed (exit 1)"}]
     md = cli.write_summary(tmp_path, results, plots.make_plots(tmp_path), quick=True, started=0.0)
@@ -121,5 +130,7 @@ def test_summary_collects_headline_numbers(tmp_path):
     assert "- TSM-R50 / TSN-R50 throughput (measured here): train 0.80x, infer 0.80x" in text
     assert "- TSM-R50 / I3D-R50-32f throughput (measured here): train 4.00x, infer 5.00x" in text
     assert "fp32 97.30 MB (400 ms), onebit 3.05 MB (200 ms)" in text
+    assert "- loader on real clips (17) (measured here): tsm_ds 25 clips/s; others (tsm_ds / other): " \
+        "decode_all 12.5 (2.00x)" in text
     assert "failed (exit 1)" in text and "<!-- shift_op.md -->" in text
     assert "![models](models_throughput.png)" in text and "![comm](comm_bytes.png)" in text

@@ -166,6 +166,12 @@ def test_bench_inputs_reads_other_benches(tmp_path):
         {"method": "fp32", "bytes_sent_per_rank": 97.3e6, "bytes_ratio_vs_fp32": 1.0},
         {"method": "onebit", "bytes_sent_per_rank": 3.05e6, "bytes_ratio_vs_fp32": 31.9}]}))
     assert S.bench_inputs(tmp_path)["onebit_ratio"] == 31.9
+    # the columns tsm_ds.bench.data writes: our loader on the real clips, 8 frames, 1 thread
+    (tmp_path / "data.json").write_text(json.dumps({"rows": [
+        {"input": "real clips (17)", "loader": "decode_all", "clips_per_s": 17.0},
+        {"input": "1-min 360p, keyframe every 250", "loader": "tsm_ds", "clips_per_s": 3.0},
+        {"input": "real clips (17)", "loader": "tsm_ds", "clips_per_s": 25.0}]}))
+    assert S.bench_inputs(tmp_path)["decode_fps_per_core"] == 200.0
 
 
 def test_model_sizes_match_the_models_package():

@@ -170,6 +170,17 @@ def _headline(out: Path) -> list[str]:
                         parts.append(f"{kind} {a / b:.2f}x")
                 if parts:
                     lines.append(f"- TSM-R50 / {other} throughput (measured here): " + ", ".join(parts))
+    data = read_report(out / "data.json")
+    if data:
+        rows = [r for r in data["rows"] if isinstance(r, dict) and isinstance(r.get("clips_per_s"), (int, float))]
+        for inp in dict.fromkeys(str(r.get("input")) for r in rows):
+            ours = next((r for r in rows if r.get("input") == inp and r.get("loader") == "tsm_ds"), None)
+            if not ours:
+                continue
+            others = [f"{r['loader']} {r['clips_per_s']:.3g} ({ours['clips_per_s'] / r['clips_per_s']:.2f}x)"
+                      for r in rows if r.get("input") == inp and r.get("loader") != "tsm_ds"]
+            lines.append(f"- loader on {inp} (measured here): tsm_ds {ours['clips_per_s']:.3g} clips/s; "
+                         "others (tsm_ds / other): " + (", ".join(others) or "none"))
     comm = read_report(out / "comm.json")
     if comm:
         parts = [f"{r['method']} {r['bytes_sent_per_rank'] / 1e6:.2f} MB"

@@ -119,7 +119,12 @@ def plot_models(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | 
 
 
 def plot_loader(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
-    """Loader comparison (data.json): clips/s (or frames/s) per loader configuration, or None."""
+    """Loader comparison (data.json) -> PNG, or None when there is nothing to plot.
+
+    Rows with ``input`` and ``loader`` columns (``tsm-ds bench data``) become grouped bars: one
+    group per input (real clips, long-GOP video, ...), one bar per loader, clips/s on a log axis
+    (the loaders differ by orders of magnitude on long videos). Other layouts: one bar per row.
+    """
     rows = _rows(json_path)
     cols = numeric_columns(rows, contains=("clips_per_s", "clips_s"),
                            exclude=("spread", "std", "iqr", "min", "max", "ratio", "_lo", "_hi"))
@@ -129,7 +134,30 @@ def plot_loader(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | 
     rows = [r for r in rows if any(_is_num(r.get(c)) for c in cols)]
     if not rows or not cols:
         return None
-    return _bars(rows, cols[:2], "Clip loader comparison (median)", cols[0].replace("_", " "), Path(out))
+    col = cols[0]
+    if not all(isinstance(r.get("input"), str) and isinstance(r.get("loader"), str) for r in rows):
+        return _bars(rows, cols[:2], "Clip loader comparison (median)", col.replace("_", " "), Path(out))
+    inputs = list(dict.fromkeys(r["input"] for r in rows))
+    loaders = list(dict.fromkeys(r["loader"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(7.0, 2.2 * len(inputs) + 2), 4.8))
+    width = 0.8 / len(loaders)
+    for j, name in enumerate(loaders):
+        xs, ys = [], []
+        for i, inp in enumerate(inputs):
+            v = next((r[col] for r in rows if r["input"] == inp and r["loader"] == name), None)
+            if _is_num(v):
+                xs.append(i + (j - (len(loaders) - 1) / 2) * width)
+                ys.append(v)
+        if xs:
+            bars = ax.bar(xs, ys, width, label=name)
+            ax.bar_label(bars, fmt="%.3g", fontsize=7)
+    ax.set_xticks(range(len(inputs)), inputs, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel(col.replace("_", " ") + " (log)")
+    ax.set_title("Clip loader comparison (median of interleaved repetitions)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, Path(out))
 
 
 def plot_comm(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:

@@ -405,7 +405,8 @@ def bench_inputs(bench_dir: Path) -> dict[str, Any]:
     ``GMACs_per_clip``. Gradient elements of TSM-R50 8f and I3D-R50 32f, and their training
     throughput and multiply-add ratios measured on the machine that ran the bench.
     ``comm.json`` (``tsm-ds bench comm``): the 1-bit row's ``bytes_ratio_vs_fp32``.
-    ``data.json`` (``tsm-ds bench data``): a decode rate in frames/s per core when it reports one.
+    ``data.json`` (``tsm-ds bench data``): the ``tsm_ds`` loader's ``clips_per_s`` on the real
+    clips (8 frames per clip, one decoding thread) x 8 = sampled frames decoded per second per core.
     Missing or unreadable files give fewer keys; nothing here raises.
 
     Returns:
@@ -443,14 +444,18 @@ def bench_inputs(bench_dir: Path) -> dict[str, Any]:
             found["notes"].append(f"comm.json: 1-bit sends {found['onebit_ratio']:.1f}x fewer bytes than fp32 "
                                   f"(world size {(comm.get('meta') or {}).get('world_size', '?')})")
     data = _load_json(bench_dir / "data.json")
-    for row in (data or {}).get("rows", []):
-        if not isinstance(row, dict):
-            continue
+    drows = [r for r in (data or {}).get("rows", []) if isinstance(r, dict)]
+    # our loader on the real clips: clips/s with one decoding thread x frames per clip
+    frames = 8
+    for row in drows:
         v = _num(row.get("frames_per_s_per_core") or row.get("decode_fps_per_core"))
+        if not v and row.get("loader") == "tsm_ds" and str(row.get("input", "")).startswith("real") \
+                and _num(row.get("clips_per_s")):
+            v = row["clips_per_s"] * frames
         if v:
             found["decode_fps_per_core"] = v
-            found["notes"].append(f"data.json: {v:.0f} decoded frames/s per core "
-                                  f"({row.get('loader', row.get('name', '?'))})")
+            found["notes"].append(f"data.json: {v:.0f} sampled frames/s per core ({row.get('loader', '?')} "
+                                  f"on {row.get('input', '?')}, 1 thread, this CPU)")
             break
     return found
 
@@ -754,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = replace(cluster, name=cluster.name + "*", **over)
     calib_cluster = cluster if args.calib_cluster == args.cluster else CLUSTERS[args.calib_cluster]
 
-    decode = args.decode_fps_per_core or 200.0
+    decode = args.decode_fps_per_core or found.get("decode_fps_per_core") or 200.0
     common = dict(dataset_size=args.dataset_size, epochs=args.epochs, batch_per_gpu=args.batch_per_gpu,
                   bytes_per_element=args.bytes_per_element, overlap=args.overlap,
                   bytes_per_frame=args.bytes_per_frame, decode_fps_per_core=decode)
