@@ -490,7 +490,7 @@ def _last(got: dict, i: int, frame, size):
 
 
 def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got: dict,
-                    st: DecodeStats):
+                    st: DecodeStats, skip_nonref: bool = True):
     """Seek / decode-forward loop for files whose pts name frames, one packet at a time.
 
     Always works on the smallest frame still missing: when the keyframe it needs lies past the
@@ -501,6 +501,10 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
     sequentially. last = (index, image) of the last decoded frame when frames are missing.
     """
     frame_of_pts = {int(p): i for i, p in enumerate(idx.frame_pts)}
+    cc = stream.codec_context
+    # per-packet skipping is exact only when packets are decoded one by one (no frame threads)
+    skip_nonref = skip_nonref and not (cc.thread_count != 1 and "FRAME" in str(cc.thread_type))
+    skip_mode = "DEFAULT"
     remaining = sorted(targets)
     need_pts = {int(idx.frame_pts[i]): i for i in remaining}
     gen = None
@@ -537,6 +541,12 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
                 if p is None or p > kpos:
                     return False, None
             pos = p if p is not None else pos + 1
+            if skip_nonref:
+                # a packet whose frame is not asked for: if no other frame references it, the
+                # decoder may skip it (non-reference B-frames are a third to a half of H.264)
+                mode = "DEFAULT" if (packet.pts is not None and int(packet.pts) in need_pts) else "NONREF"
+                if mode != skip_mode:
+                    cc.skip_frame = skip_mode = mode
         try:
             frames = packet.decode()
         except Exception as e:

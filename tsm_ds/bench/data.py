@@ -1,0 +1,253 @@
+"""``tsm-ds bench data``: clip decoding throughput, our loader against the alternatives.
+
+For each input, every loader fetches the same clips of 8 segment-centre frames (TSN validation
+sampling, one decoding thread) and we report clips/s (median of interleaved repetitions), frames
+decoded per clip where the loader can tell, and whether its frames are the frames a full in-order
+decode gives at those positions.
+
+Inputs: the real clips (``--data``: a class-folder tree, default ../shared/data/videos), and a
+generated textured 640x360 25 fps video (5 minutes; ``--quick``: 1 minute) encoded twice, with a
+keyframe every 250 frames (long GOP, as many web videos) and every 25 frames (short GOP).
+
+Loaders:
+- ``tsm_ds``: :func:`tsm_ds.data.decode.decode_frames` (cached packet index; seek only when the
+  next keyframe lies ahead; converts only the requested frames). The index is built once per file
+  before timing (``index_ms`` reports that one-time cost).
+- ``decode_all``: decode every frame in order, convert each to RGB, then index (the naive way).
+- ``torchcodec_exact`` / ``torchcodec_approx``: ``torchcodec.decoders.VideoDecoder(path,
+  seek_mode=..., num_ffmpeg_threads=1).get_frames_at(indices)``, a new decoder per clip (as a
+  dataset item does), when torchcodec imports.
+- ``decord``: ``decord.VideoReader(path, num_threads=1).get_batch(indices)``, when decord imports.
+
+Frames are "same" when the mean absolute difference to the reference is below 3 grey levels
+(other FFmpeg builds convert YUV to RGB slightly differently). Writes ``data.json`` / ``data.md``.
+The machine may be shared: numbers are medians of interleaved repetitions; compare the ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["build_parser", "main"]
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "videos"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``tsm-ds bench data``."""
+    ap = argparse.ArgumentParser(prog="tsm-ds bench data", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out-dir", default="bench_out", help="where data.json / data.md go")
+    ap.add_argument("--data", default=str(DEFAULT_DATA), help="class-folder tree of real clips")
+    ap.add_argument("--quick", action="store_true", help="1-minute generated video, 3 repetitions")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5; quick 3)")
+    ap.add_argument("--minutes", type=float, default=None, help="generated video length (default 5; quick 1)")
+    ap.add_argument("--cache", default=None, help="folder for the generated videos (default <out-dir>/bench_videos)")
+    ap.add_argument("--loaders", default="tsm_ds,decode_all,torchcodec_exact,torchcodec_approx,decord")
+    return ap
+
+
+# ---------------------------------------------------------------------------------------------
+def _tsm_ds(path: str, idx: list[int]) -> tuple[np.ndarray, int | None]:
+    from tsm_ds.data import decode as D
+
+    st = D.DecodeStats()
+    return D.decode_frames(path, idx, stats=st), st.decoded
+
+
+def _decode_all(path: str, idx: list[int]) -> tuple[np.ndarray, int | None]:
+    """Decode and convert every frame in order, keep the requested ones (holding all frames
+    would need 1 GB for a 1-minute 360p video; the work is the same)."""
+    from tsm_ds.data import decode as D
+
+    want = set(idx)
+    kept: dict[int, np.ndarray] = {}
+    n = 0
+    c = D._open(path)
+    try:
+        s = D._video_stream(c, path)
+        D._configure(s, 1)
+        try:
+            for frame in c.decode(s):
+                img = D._rotate(frame.to_ndarray(format="rgb24"), frame.rotation)
+                if n in want:
+                    kept[n] = img
+                n += 1
+        except Exception:
+            pass
+    finally:
+        c.close()
+    last = max(kept) if kept else None
+    return np.stack([kept.get(i, kept[last] if last is not None else None) for i in idx]), n
+
+
+def _torchcodec(mode: str) -> Callable:
+    from torchcodec.decoders import VideoDecoder
+
+    def load(path: str, idx: list[int]):
+        d = VideoDecoder(path, seek_mode=mode, num_ffmpeg_threads=1, dimension_order="NHWC")
+        n = len(d)
+        return d.get_frames_at([min(i, n - 1) for i in idx]).data.numpy(), None
+    return load
+
+
+def _decord() -> Callable:
+    import decord
+
+    def load(path: str, idx: list[int]):
+        vr = decord.VideoReader(path, num_threads=1)
+        n = len(vr)
+        out = vr.get_batch([min(i, n - 1) for i in idx]).asnumpy()
+        del vr
+        return out, None
+    return load
+
+
+def available_loaders(names: list[str]) -> tuple[dict[str, Callable], dict[str, str]]:
+    """{name: loader} for the loaders that import, and {name: why not} for the others."""
+    loaders, missing = {}, {}
+    for name in names:
+        try:
+            if name == "tsm_ds":
+                loaders[name] = _tsm_ds
+            elif name == "decode_all":
+                loaders[name] = _decode_all
+            elif name.startswith("torchcodec_"):
+                loaders[name] = _torchcodec("exact" if name.endswith("exact") else "approximate")
+            elif name == "decord":
+                loaders[name] = _decord()
+            else:
+                missing[name] = "unknown loader"
+        except Exception as e:  # ImportError, or torchcodec without FFmpeg shared libraries
+            missing[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    return loaders, missing
+
+
+def make_long_video(path: Path, minutes: float, keyint: int) -> str:
+    """A textured 640x360 25 fps H.264 video (B-frames, fixed keyframe interval), made once."""
+    from tsm_ds.data.testvideo import write_numbered_video
+
+    if path.is_file():
+        return str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".part" + path.suffix)
+    write_numbered_video(tmp, int(minutes * 60 * 25), width=640, height=360, fps=25, gop=keyint,
+                         bframes=3, texture=True, crf=28, preset="veryfast")
+    os.replace(tmp, path)
+    return str(path)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean()) < 3.0
+
+
+def bench_input(name: str, files: list[str], loaders: dict[str, Callable], reps: int) -> list[dict]:
+    """Time every loader on ``files`` (one 8-frame centre clip per file), interleaved."""
+    from tsm_ds.data import decode as D
+    from tsm_ds.data.sampling import tsn_val_indices
+
+    t0 = time.perf_counter()
+    clips = [(f, tsn_val_indices(D.count_frames(f), 8).tolist()) for f in files]
+    index_ms = (time.perf_counter() - t0) * 1e3 / len(files)
+    # reference frames (decode everything in order) and a correctness pass per loader
+    ref = {}
+    for f, idx in clips:
+        ref[f] = _decode_all(f, idx)[0]
+    times: dict[str, list[float]] = {k: [] for k in loaders}
+    decoded: dict[str, list[int]] = {k: [] for k in loaders}
+    same: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    for k, load in loaders.items():
+        ok = tot = 0
+        try:
+            for f, idx in clips:
+                out, nd = load(f, idx)
+                ok += sum(_same(out[j], ref[f][j]) for j in range(len(idx)))
+                tot += len(idx)
+                if nd is not None:
+                    decoded[k].append(nd)
+            same[k] = ok / tot
+        except Exception as e:
+            errors[k] = f"{type(e).__name__}: {e}"[:200]
+    run = {k: v for k, v in loaders.items() if k not in errors}
+    for _ in range(reps):
+        for k, load in run.items():  # interleaved: every loader once per repetition
+            t = time.perf_counter()
+            for f, idx in clips:
+                load(f, idx)
+            times[k].append(time.perf_counter() - t)
+    rows = []
+    for k in loaders:
+        if k in errors:
+            rows.append({"input": name, "loader": k, "clips_per_s": None, "error": errors[k]})
+            continue
+        med = statistics.median(times[k])
+        rows.append({"input": name, "loader": k, "clips": len(clips),
+                     "clips_per_s": len(clips) / med, "ms_per_clip": med * 1e3 / len(clips),
+                     "frames_decoded_per_clip": (statistics.mean(decoded[k]) if decoded[k] else None),
+                     "same_frames": same[k], "index_ms_per_file": index_ms if k == "tsm_ds" else None})
+    best_other = max((r["clips_per_s"] for r in rows if r["loader"] != "tsm_ds"
+                      and r.get("clips_per_s") is not None), default=None)
+    for r in rows:
+        if r["loader"] == "tsm_ds" and best_other:
+            r["ratio_vs_best_other"] = r["clips_per_s"] / best_other
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``tsm-ds bench data``; returns 0 (1 when no input could be benchmarked)."""
+    from tsm_ds.bench.report import write_report
+    from tsm_ds.data.records import read_class_folders
+
+    args = build_parser().parse_args(argv)
+    reps = args.reps or (3 if args.quick else 5)
+    minutes = args.minutes or (1.0 if args.quick else 5.0)
+    out_dir = Path(args.out_dir)
+    cache = Path(args.cache) if args.cache else out_dir / "bench_videos"
+    loaders, missing = available_loaders(args.loaders.split(","))
+    for k, why in missing.items():
+        print(f"bench data: loader {k} skipped ({why})")
+
+    inputs: list[tuple[str, list[str]]] = []
+    if Path(args.data).is_dir():
+        recs, _ = read_class_folders(args.data)
+        inputs.append((f"real clips ({len(recs)})", [r.path for r in recs]))
+    else:
+        print(f"bench data: no real clips at {args.data}; generated videos only")
+    t = time.perf_counter()
+    for keyint in (250, 25):
+        p = make_long_video(cache / f"textured_{minutes:g}min_360p_key{keyint}.mp4", minutes, keyint)
+        inputs.append((f"{minutes:g}-min 360p, keyframe every {keyint}", [p]))
+    gen_s = time.perf_counter() - t
+
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, files in inputs:
+            print(f"bench data: {name} ...", flush=True)
+            rows += bench_input(name, files, loaders, reps)
+    for r in rows:
+        cps = r.get("clips_per_s")
+        print(f"  {r['input'][:38]:38s} {r['loader']:18s} "
+              + (f"{cps:8.2f} clips/s  same={r['same_frames']:.2f}" if cps else r.get("error", "")))
+    meta = {"clip": "8 segment-centre frames (TSN val), 1 decoding thread", "repetitions": reps,
+            "statistic": "median over interleaved repetitions", "generated_video_minutes": minutes,
+            "generation_s": round(gen_s, 1), "skipped_loaders": missing or "none",
+            "note": "shared 2-core machine: compare ratios within one run"}
+    cols = ["input", "loader", "clips_per_s", "ms_per_clip", "frames_decoded_per_clip",
+            "same_frames", "ratio_vs_best_other", "index_ms_per_file"]
+    jp, mp = write_report("data", rows, out_dir, meta=meta, columns=cols,
+                          title="Clip decoding: tsm_ds loader vs alternatives")
+    print(f"bench data: wrote {jp} and {mp}")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
