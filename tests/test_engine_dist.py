@@ -194,6 +194,9 @@ def runs(tmp_path_factory):
                       "cpu_lars.json": {"warmup_steps": 1, "lr": 2.0}}.get(recipe, {"lr": 0.2, "lr_steps": [1]}))
         two.append(dict(common, kind="train", name=recipe, run_dir=str(tmp / recipe), frozen_bn=False, max_steps=2,
                         recipe=recipe, flags=flags))
+    # gradient compression through the trainer (the compression helper's recipe, all values fixed)
+    two.append(dict(common, kind="train", name="cpu_fp32_onebit.json", run_dir=str(tmp / "onebit"), n=64,
+                    frozen_bn=False, max_steps=2, recipe="cpu_fp32_onebit.json", flags={}))
     killed = [dict(one[2], name="killed", run_dir=str(tmp / "resumed"), kill_at_step=11)]
     p1 = _launch(one, 1, tmp, "one")
     p2 = _launch(two, 2, tmp, "two")
@@ -238,7 +241,7 @@ def test_parameters_and_bn_stats_identical_across_ranks(runs):
 
 
 RECIPES_2RANK = ["cpu_bf16.json", "cpu_bf16_autocast.json", "cpu_zero1.json", "cpu_comm_bf16.json",
-                 "cpu_lamb.json", "cpu_lars.json"]
+                 "cpu_lamb.json", "cpu_lars.json", "cpu_fp32_onebit.json"]
 
 
 @pytest.mark.slow
@@ -256,6 +259,10 @@ def test_cpu_recipes_two_ranks(runs, recipe):
     if recipe == "cpu_bf16.json":
         assert r0["params"]["conv.weight"].dtype == torch.bfloat16
         assert r0["buffers"]["bn.running_mean"].dtype == torch.bfloat16  # data_types.buffer_dtype
+    if recipe == "cpu_fp32_onebit.json":  # the compressor's state is in every rank's checkpoint file
+        for r in (0, 1):
+            st = torch.load(runs / "onebit" / "checkpoints" / "step00000002" / f"rank{r:05d}.pt", weights_only=False)
+            assert "compressor" in st and st["rank"] == r
     if recipe == "cpu_bf16_autocast.json":
         assert r0["params"]["conv.weight"].dtype == torch.float32
 

@@ -231,7 +231,10 @@ class Trainer:
                                        for n, g in zip(self.group_names, groups)],
                       "class_names": list(s.class_names), "torch_threads": torch.get_num_threads(),
                       "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}}
-            cfgmod.save_resolved(s.run_dir / "config.json", record)
+            name = "config.json"
+            if s.resume and (s.run_dir / name).is_file():  # keep the first run's record
+                name = f"config.resumed-{time.strftime('%Y%m%d-%H%M%S')}.json"
+            cfgmod.save_resolved(s.run_dir / name, record)
 
     # ------------------------------------------------------------------ state
     def _client_state(self, epoch: int, micro_in_epoch: int) -> dict:
