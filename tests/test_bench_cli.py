@@ -134,3 +134,18 @@ def test_summary_collects_headline_numbers(tmp_path):
         "decode_all 12.5 (2.00x)" in text
     assert "failed (exit 1)" in text and "<!-- shift_op.md -->" in text
     assert "![models](models_throughput.png)" in text and "![comm](comm_bytes.png)" in text
+
+
+def test_scale_uses_bench_decode_rate_unless_it_makes_the_paper_node_data_bound(tmp_path):
+    def run(clips_per_s):
+        report.write_report("data", [{"input": "real clips (17)", "loader": "tsm_ds",
+                                      "clips_per_s": clips_per_s}], tmp_path)
+        assert cli.main(["scale", "--out-dir", str(tmp_path), "--no-plot"]) == 0
+        return json.loads((tmp_path / "scale.json").read_text())["meta"]
+
+    meta = run(5.0)                         # 40 sampled frames/s per core: used
+    assert meta["workloads"]["tsm"]["decode_fps_per_core"] == 40.0
+    assert "data.json: 40 sampled frames/s per core" in meta["assumptions"]["bench_notes"]
+    meta = run(0.5)                         # 4 frames/s: 64 frames on 7 cores > 0.72 s per step
+    assert meta["workloads"]["tsm"]["decode_fps_per_core"] == 200.0
+    assert "not used" in meta["assumptions"]["bench_notes"]

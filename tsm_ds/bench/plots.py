@@ -161,13 +161,32 @@ def plot_loader(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | 
 
 
 def plot_comm(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
-    """Gradient bytes per step per communication method (comm.json), log scale, or None."""
+    """Communication per step per method (comm.json) -> PNG, or None.
+
+    Left: bytes sent per rank per step (the first ``bytes`` column, log axis). Right, when the
+    rows have one: time per step in ms (the first ``time_ms`` / ``_ms`` column).
+    """
     rows = _rows(json_path)
-    cols = numeric_columns(rows, contains=("bytes",), exclude=("ratio", "spread", "std"))
-    rows = [r for r in rows if any(_is_num(r.get(c)) for c in cols)]
-    if not rows or not cols:
+    bcols = numeric_columns(rows, contains=("bytes",), exclude=("ratio", "spread", "std"))
+    rows = [r for r in rows if any(_is_num(r.get(c)) for c in bcols)]
+    if not rows or not bcols:
         return None
-    return _bars(rows, cols[:2], "Communication bytes per step", "bytes", Path(out), log=True)
+    bcol = "bytes_sent_per_rank" if "bytes_sent_per_rank" in bcols else bcols[0]
+    tcols = numeric_columns(rows, contains=("time_ms", "_ms"), exclude=("ratio", "spread", "std"))
+    labels = [row_label(r) for r in rows]
+    fig, axes = plt.subplots(1, 2 if tcols else 1, figsize=(11 if tcols else 6.5, 4.3), squeeze=False)
+    panels = [(axes[0][0], bcol, True)] + ([(axes[0][1], tcols[0], False)] if tcols else [])
+    for i, (ax, col, log) in enumerate(panels):
+        ys = [r.get(col) if _is_num(r.get(col)) else 0.0 for r in rows]
+        bars = ax.bar(range(len(rows)), ys, color=[f"C{k}" for k in range(len(rows))])
+        ax.bar_label(bars, fmt="%.3g", fontsize=8)
+        ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(col.replace("_", " ") + (" (log)" if log else ""))
+        if log:
+            ax.set_yscale("log")
+        ax.set_title("Gradient bytes per step" if i == 0 else "Time per step (median)")
+    fig.tight_layout()
+    return _save(fig, Path(out))
 
 
 def plot_scaling(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
