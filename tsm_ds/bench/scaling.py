@@ -490,7 +490,7 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
 
     Args:
         tsm, i3d: the two workloads (their ``compute_ratio`` relative to TSM-R50 8f).
-        cluster: hardware of the calibration and the prediction (Summit by default).
+        cluster: hardware of the prediction (and of the calibration unless ``calib_cluster``).
         counts: GPU counts of the scaling curve.
         calib_gpus, calib_time_s: the single calibration point (6 GPUs, 49 h 55 min).
         target_gpus, paper_time_s: the predicted point and the paper's figure to compare with
@@ -583,7 +583,8 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
             ("inter-node alpha 1 us", cw, tsm, replace(cluster, inter_latency=1e-6)),
             ("inter-node alpha 20 us", cw, tsm, replace(cluster, inter_latency=20e-6)),
             ("network 25 GB/s (2x100 Gb/s signalling)", cw, tsm, replace(cluster, inter_bw=25 * GB)),
-            ("network 11.5 GB/s (one rail)", cw, tsm, replace(cluster, inter_bw=cluster.inter_bw / 2)),
+            (f"network {cluster.inter_bw / 2 / GB:g} GB/s (one rail)", cw, tsm,
+             replace(cluster, inter_bw=cluster.inter_bw / 2)),
             ("network 5 GB/s", cw, tsm, replace(cluster, inter_bw=5 * GB)),
             ("overlap 0.5", replace(cw, overlap=0.5), replace(tsm, overlap=0.5), cluster),
             ("fp16 gradients on the wire", replace(cw, bytes_per_element=2.0),
@@ -607,7 +608,8 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
         whatif("bf16 comm", replace(tsm, bytes_per_element=2.0), cluster, n),
         whatif("1-bit comm", replace(tsm, **one_bit), cluster, n),
         whatif("fully overlapped comm", replace(tsm, overlap=1.0), cluster, n),
-        whatif("EDR single rail (11.5 GB/s)", tsm, replace(cluster, inter_bw=cluster.inter_bw / 2), n),
+        whatif(f"half the network ({cluster.inter_bw / 2 / GB:g} GB/s per node)", tsm,
+               replace(cluster, inter_bw=cluster.inter_bw / 2), n),
         whatif("10 GbE network (1.25 GB/s)", tsm, replace(cluster, inter_bw=1.25 * GB), n),
         whatif("16 frames", replace(tsm, label="TSM-R50 16f", frames=16, compute_ratio=2.0), cluster, n),
         whatif("I3D baseline", i3d, cluster, n),
