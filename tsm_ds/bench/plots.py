@@ -108,14 +108,35 @@ def _rows(json_path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def plot_models(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
-    """Training / inference clips per second per model (models.json) -> bar chart PNG, or None."""
+    """Training and inference clips/s per model (models.json) -> PNG, or None.
+
+    One panel per throughput column (``train_clips_per_s``, ``infer_clips_per_s``; ratio and
+    spread columns are left out), one bar per model, labelled with the value and its ratio to the
+    TSM row when there is one ("0.39 (1.00x)").
+    """
     rows = _rows(json_path)
     cols = numeric_columns(rows, contains=("clips_per_s", "clips_s", "throughput"),
-                           exclude=("spread", "std", "iqr", "min", "max", "ratio", "_lo", "_hi"))
+                           exclude=("spread", "std", "iqr", "min", "max", "ratio", "_vs_", "_lo", "_hi"))
     rows = [r for r in rows if any(_is_num(r.get(c)) for c in cols)]
     if not rows or not cols:
         return None
-    return _bars(rows, cols[:3], "Throughput per model (median)", "clips / s", Path(out))
+    cols = cols[:2]
+    labels = [row_label(r) for r in rows]
+    tsm = next((r for r, lab in zip(rows, labels) if lab.lower().startswith("tsm")), None)
+    fig, axes = plt.subplots(1, len(cols), figsize=(min(16.0, 1.0 * len(rows) * len(cols) + 3), 4.6),
+                             squeeze=False)
+    for ax, col in zip(axes[0], cols):
+        ys = [r.get(col) if _is_num(r.get(col)) else 0.0 for r in rows]
+        bars = ax.bar(range(len(rows)), ys, color=[f"C{k}" for k in range(len(rows))])
+        ref = tsm.get(col) if tsm is not None and _is_num(tsm.get(col)) else None
+        ax.bar_label(bars, labels=[f"{y:.3g}" + (f"\n({y / ref:.2f}x)" if ref else "") for y in ys],
+                     fontsize=7)
+        ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(col.replace("_", " "))
+        ax.set_title(col.split("_")[0] + " throughput (median; ratio to TSM)")
+        ax.margins(y=0.15)
+    fig.tight_layout()
+    return _save(fig, Path(out))
 
 
 def plot_loader(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
