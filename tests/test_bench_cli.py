@@ -149,3 +149,13 @@ def test_scale_uses_bench_decode_rate_unless_it_makes_the_paper_node_data_bound(
     meta = run(0.5)                         # 4 frames/s: 64 frames on 7 cores > 0.72 s per step
     assert meta["workloads"]["tsm"]["decode_fps_per_core"] == 200.0
     assert "not used" in meta["assumptions"]["bench_notes"]
+
+
+def test_all_reports_a_bench_past_its_time_limit(tmp_path):
+    rc = cli.main(["all", "--only", "scale", "--quick", "--out-dir", str(tmp_path),
+                   "--time-limit-scale", "0.0001"])       # 60 s x 1e-4 = 6 ms
+    assert rc == 1
+    row = json.loads((tmp_path / "summary.json").read_text())["rows"][0]
+    assert row["status"] == "timed out after 0 s" and row["rc"] == -1
+    assert "timed out" in (tmp_path / "summary.md").read_text()
+    assert not (tmp_path / "scale.json").exists()

@@ -36,7 +36,7 @@ BENCHES: dict[str, tuple[str, str]] = {
 #: order and per-bench time limits (s) of ``all``: (quick, full)
 ALL_ORDER: tuple[str, ...] = ("scale", "comm", "data", "models")
 TIME_LIMITS: dict[str, tuple[float, float]] = {
-    "models": (330.0, 3600.0), "data": (240.0, 3600.0), "comm": (180.0, 1800.0), "scale": (60.0, 60.0)}
+    "models": (400.0, 3600.0), "data": (240.0, 3600.0), "comm": (180.0, 1800.0), "scale": (60.0, 60.0)}
 DEFAULT_OUT = "bench_out"
 
 
@@ -111,7 +111,8 @@ def run_one(name: str, argv: Sequence[str]) -> int:
     return int(module.main(list(argv)) or 0)
 
 
-def _run_subprocess(name: str, argv: Sequence[str], timeout: float, log) -> dict[str, Any]:
+def _run_subprocess(name: str, argv: Sequence[str], timeout: float, log,
+                    env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``python -m tsm_ds.cli bench name argv`` with a time limit, echoing its output to
     stdout and ``log``. Returns {"bench", "argv", "rc", "seconds", "status"}."""
     cmd = [sys.executable, "-m", "tsm_ds.cli", "bench", name, *argv]
@@ -120,7 +121,7 @@ def _run_subprocess(name: str, argv: Sequence[str], timeout: float, log) -> dict
     log.write(header)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, start_new_session=True)
+                            bufsize=1, start_new_session=True, env=env)
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -252,12 +253,13 @@ def run_all(argv: Sequence[str]) -> int:
     if unknown:
         print(f"tsm-ds bench all: unknown bench(es) {unknown}; choose from {sorted(BENCHES)}", file=sys.stderr)
         return 2
-    if args.quick or args.full:
-        quick = args.quick
-    else:
-        import torch
+    import torch
 
-        quick = not torch.cuda.is_available()
+    has_gpu = torch.cuda.is_available()
+    quick = args.quick if (args.quick or args.full) else not has_gpu
+    env = dict(os.environ)
+    if not has_gpu:
+        env.setdefault("DS_ACCELERATOR", "cpu")   # DeepSpeed's CPU accelerator for bench comm
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -269,7 +271,7 @@ def run_all(argv: Sequence[str]) -> int:
                                 "status": f"skipped: {BENCHES[name][0]} not present"})
                 continue
             limit = TIME_LIMITS[name][0 if quick else 1] * args.time_limit_scale
-            results.append(_run_subprocess(name, bench_argv(name, str(out), quick=quick), limit, log))
+            results.append(_run_subprocess(name, bench_argv(name, str(out), quick=quick), limit, log, env))
     from tsm_ds.bench.plots import make_plots
 
     plots = make_plots(out)
