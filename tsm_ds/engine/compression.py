@@ -88,7 +88,7 @@ import torch.distributed as dist
 
 __all__ = [
     "REMOVED_DS_OPTIMIZERS", "check_ds_config", "build_compressor", "pack_signs", "unpack_signs",
-    "ChunkLayout", "scaled_sign", "decode_scaled_sign", "OneBitCompressor",
+    "ChunkLayout", "chunk_scales", "quantise_", "scaled_sign", "decode_scaled_sign", "OneBitCompressor",
 ]
 
 REMOVED_DS_OPTIMIZERS = ("onebitadam", "onebitlamb", "zerooneadam")
@@ -116,7 +116,8 @@ def check_ds_config(ds_config: Mapping[str, Any]) -> None:
         raise ValueError(
             f"optimizer.type {ds_config['optimizer']['type']!r}: DeepSpeed removed its 1-bit optimizers "
             "(OneBitAdam, OneBitLamb, ZeroOneAdam) in 0.19.7 and we pin 0.19.8. Use a plain optimizer "
-            "(e.g. SGD with momentum) with ZeRO stage 0 and our compressed all-reduce instead: "
+            "(SGD with momentum as the TSM recipe; or Adam / tsm_ds.optimizer Lamb) with ZeRO stage 0 and "
+            "our compressed gradient all-reduce instead: "
             '"tsm_ds": {"compression": {"type": "onebit", "freeze_step": 100, "chunk_size": 1024}} '
             "(see tsm_ds/engine/compression.py).")
     block = (ds_config.get("tsm_ds") or {}).get("compression")
@@ -438,15 +439,22 @@ class OneBitCompressor:
 
     Args:
         freeze_step: full-precision warm-up steps (>= 0).
-        chunk_size: at most this many elements per scale (>= 8).
+        chunk_size: elements per scale (>= 8, rounded up to a multiple of 8); chunks never
+            straddle two parameter tensors (:class:`ChunkLayout`).
         group: data-parallel ``torch.distributed`` process group (None: the default group).
-        engine: DeepSpeed engine or None; read for communication_data_type (warm-up) and the fp16
-            loss scale.
+        engine: DeepSpeed engine or None; read for communication_data_type (warm-up) and the
+            fp16/bf16 optimizer's loss scale.
         dtype: buffer dtype for compression and error buffers (float32; float64 in exactness tests).
         trace: keep the tensors of the last compressed exchange in ``self.last_exchange`` (tests).
 
-    State: ``step`` (calls so far), worker error buffer (n,), server error buffer (seg,) of this
-    rank. Per rank: each rank saves and restores its own (:meth:`state_dict`).
+    State: ``step`` (calls so far), ``worker_error`` (padded,) and ``server_error`` (seg,) of this
+    rank, both in ``dtype`` and zero at padding positions. Memory: about 4 padded-size buffers
+    (staging, worker error, decode scratch, bool bits) + 2 segment-size ones: ~5x the fp32
+    gradient (TSM-R50: ~0.5 GB per rank). Each rank saves and restores its own
+    (:meth:`state_dict`).
+
+    Raises:
+        RuntimeError: torch.distributed is not initialised.
     """
 
     def __init__(self, *, freeze_step: int = 100, chunk_size: int = 1024, group=None, engine=None,
