@@ -144,3 +144,13 @@ def test_demo_dataset_fallback(monkeypatch, tmp_path):
     assert sorted(r.label for r in tr.records) == [0, 0, 1, 1, 2, 2, 3, 3]
     item = tr[0]
     assert item["clip"].shape == (4, 3, 32, 32) and item["index"] == 0 and item["bad"] == 0
+
+
+def test_resume_with_another_world_size_is_refused(tmp_path):
+    from tsm_ds.engine.checkpoint import CheckpointManager
+    CheckpointManager(tmp_path, keep_last=2).save(_FailingEngine(False), step=5, client_state={}, rank_state={},
+                                                  best_tag=None)
+    meta = tmp_path / "step00000005" / "complete.json"
+    meta.write_text(json.dumps({"step": 5, "world_size": 2}))  # as if written by 2 ranks
+    with pytest.raises(RuntimeError, match=r"written by 2 ranks, this run has 1: .*--tune-from"):
+        CheckpointManager(tmp_path).load(engine=None, tag="step00000005")
