@@ -197,7 +197,8 @@ def compare(reference: Sequence[torch.Tensor], candidate: Sequence[Any], *, atol
     """Largest differences between reference outputs and a candidate's (tensors or numpy arrays).
 
     Returns ``{"max_abs_diff": float, "max_rel_diff": float (max |diff| / max |ref|, worst output),
-    "ok": every output has max |diff| <= atol + rtol * max |ref|, "atol", "rtol"}``.
+    "ok": every output has max |diff| <= atol + rtol * max |ref|, "atol", "rtol",
+    "max_abs_diff_per_output": [float] in output order}``.
 
     Raises ValueError: different numbers of outputs or shapes.
     """
@@ -205,18 +206,22 @@ def compare(reference: Sequence[torch.Tensor], candidate: Sequence[Any], *, atol
         raise ValueError(f"{len(candidate)} outputs, expected {len(reference)}")
     max_abs = max_rel = 0.0
     ok = True
+    per_output = []
     for ref, got in zip(reference, candidate):
         got = torch.as_tensor(got).to(torch.float64)
         ref = ref.detach().to(torch.float64)
         if got.shape != ref.shape:
             raise ValueError(f"output shape {tuple(got.shape)}, expected {tuple(ref.shape)}")
         if ref.numel() == 0:
+            per_output.append(0.0)
             continue
         diff = (got - ref).abs()
+        per_output.append(float(diff.max()))
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float(diff.max() / ref.abs().max().clamp_min(1e-12)))
         ok = ok and float(diff.max()) <= atol + rtol * float(ref.abs().max())
-    return {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "ok": ok, "atol": atol, "rtol": rtol}
+    return {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "ok": ok, "atol": atol, "rtol": rtol,
+            "max_abs_diff_per_output": per_output}
 
 
 def check_onnx(path: str | os.PathLike, inputs: Sequence[torch.Tensor], input_names: Sequence[str]
@@ -362,19 +367,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL)
     p.add_argument("--rtol", type=float, default=DEFAULT_RTOL)
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
+    from tsm_ds.engine.eval_cli import add_official_args
+
+    add_official_args(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     """``tsm-ds export``: returns 0 when every written file matched PyTorch within tolerance, else 1."""
     args = build_parser().parse_args(argv)
-    from tsm_ds.engine.eval_cli import load_for_inference
+    from tsm_ds.engine.eval_cli import checkpoint_overrides, load_for_inference
 
-    overrides = {} if args.num_segments is None else {"num_segments": args.num_segments}
     from tsm_ds.models.weights import CheckpointError
 
     try:
-        loaded = load_for_inference(args.checkpoint, labels=args.labels, **overrides)
+        loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
     except (FileNotFoundError, ValueError, CheckpointError) as e:
         print(f"tsm-ds export: {e}", file=sys.stderr)
         return 2

@@ -215,19 +215,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=int, default=1, help="online: print every n steps (0: final only)")
     p.add_argument("--max-frames", type=int, default=None, help="online: stop after this many steps")
     p.add_argument("--json", default=None, help="also write all predictions to this JSON file")
+    from tsm_ds.engine.eval_cli import add_official_args
+
+    add_official_args(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     """``tsm-ds predict``; exit status 0, 1 when some video could not be read, 2 on a bad checkpoint."""
     args = build_parser().parse_args(argv)
-    from tsm_ds.engine.eval_cli import load_for_inference
+    from tsm_ds.engine.eval_cli import checkpoint_overrides, load_for_inference
 
-    overrides = {} if args.num_segments is None else {"num_segments": args.num_segments}
     from tsm_ds.models.weights import CheckpointError
 
     try:
-        loaded = load_for_inference(args.checkpoint, labels=args.labels, **overrides)
+        loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
     except (FileNotFoundError, ValueError, CheckpointError) as e:
         print(f"tsm-ds predict: {e}", file=sys.stderr)
         return 2

@@ -230,6 +230,20 @@ def _load_state(model: torch.nn.Module, state: dict, where: Path) -> None:
                          f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
 
 
+def add_official_args(p: argparse.ArgumentParser) -> None:
+    """``--arch`` / ``--num-classes`` for official checkpoints whose file name no longer carries them."""
+    g = p.add_argument_group("official checkpoints renamed from TSM_<dataset>_RGB_<arch>_shift8_..._segment8_e50.pth")
+    g.add_argument("--arch", default=None, help="backbone (resnet50, mobilenet_v2, ...)")
+    g.add_argument("--num-classes", type=int, default=None, help="classes of the checkpoint's head")
+
+
+def checkpoint_overrides(args: argparse.Namespace) -> dict:
+    """``build_model`` overrides from ``--num-segments``, ``--arch``, ``--num-classes`` (those given)."""
+    pairs = (("num_segments", getattr(args, "num_segments", None)), ("arch", getattr(args, "arch", None)),
+             ("num_classes", getattr(args, "num_classes", None)))
+    return {k: v for k, v in pairs if v is not None}
+
+
 # ---------------------------------------------------------------------------------------------
 # data
 
@@ -297,13 +311,15 @@ def load_records(args: argparse.Namespace) -> tuple[list, list[str] | None]:
 
 
 def init_distributed_from_env() -> tuple[int, int]:
-    """Join the process group when launched by ``deepspeed`` / ``torchrun`` (WORLD_SIZE > 1 in the env).
+    """Join the process group when launched by ``deepspeed`` / ``torchrun`` / mpirun (world size > 1).
 
     Uses ``deepspeed.init_distributed`` (gloo on CPU, nccl on CUDA) and pins each rank to its
     LOCAL_RANK GPU when there are GPUs; on CPU without OMP_NUM_THREADS each rank takes
     cpu_count // local ranks threads. Returns (rank, world size); (0, 1) for a plain process.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    # torchrun / deepspeed's pdsh launcher set WORLD_SIZE; --launcher openmpi sets OMPI_* (then
+    # deepspeed.init_distributed discovers ranks through mpi4py)
+    world = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")
     if world <= 1:
         return 0, 1
     import torch.distributed as dist
@@ -363,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="results directory")
     r.add_argument("--no-plot", action="store_true", help="skip confusion.png")
     r.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    add_official_args(p)
     return p
 
 
@@ -382,8 +399,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
 
     rank, world = init_distributed_from_env()
     protocol = test_protocol(args.num_clips, args.num_crops, args.sampling)
-    overrides = {} if args.num_segments is None else {"num_segments": args.num_segments}
-    loaded = load_for_inference(args.checkpoint, labels=args.labels, **overrides)
+    loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
     if torch.cuda.is_available():
         loaded.model.cuda()
     num_segments = int(loaded.config.get("num_segments", args.num_segments or 8))
