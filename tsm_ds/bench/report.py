@@ -15,17 +15,29 @@ from typing import Any, Sequence
 
 
 def machine_info() -> dict[str, Any]:
-    """Facts about the machine a benchmark ran on: CPU count, torch version and thread count, GPU."""
-    import torch
+    """Facts about the machine a benchmark ran on: CPU count, torch version and thread count, GPU.
 
-    info = {
+    torch is queried only when the bench already imported it (every measuring bench does); a
+    bench that does not need it (``bench scale``) reports the installed version without paying
+    the import (seconds on a busy machine).
+    """
+    import sys
+    from importlib import metadata
+
+    info: dict[str, Any] = {
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.is_available(),
     }
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            info["torch"] = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            info["torch"] = None
+        return info
+    info.update({"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                 "cuda": torch.cuda.is_available()})
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
