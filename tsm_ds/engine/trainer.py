@@ -132,6 +132,7 @@ class Trainer:
         self.best_top1 = -1.0
         self.best_tag = None
         self.history: list[dict] = []
+        self._bad_videos = 0  # unreadable files replaced by the loader, all ranks, whole run
 
     # ------------------------------------------------------------------ setup
     def _init_distributed(self):
@@ -240,7 +241,8 @@ class Trainer:
     def _client_state(self, epoch: int, micro_in_epoch: int) -> dict:
         return {"epoch": epoch, "micro_in_epoch": micro_in_epoch, "step": self.global_step,
                 "best_top1": self.best_top1, "best_tag": self.best_tag, "class_names": list(self.s.class_names),
-                "model_config": getattr(self.model, "config", None), "history": self.history}
+                "model_config": getattr(self.model, "config", None), "history": self.history,
+                "bad_videos": self._bad_videos}
 
     def _rank_state(self, epoch: int, micro_in_epoch: int) -> dict:
         st = {"rng": rng_state(), "epoch": epoch, "micro_in_epoch": micro_in_epoch,
@@ -271,6 +273,7 @@ class Trainer:
         self.best_top1 = float(client.get("best_top1", -1.0))
         self.best_tag = client.get("best_tag")
         self.history = list(client.get("history", []))
+        self._bad_videos = int(client.get("bad_videos", 0))
         if self.compressor is not None and "compressor" in rank_state:
             self.compressor.load_state_dict(rank_state["compressor"])
         set_rng_state(rank_state["rng"])
@@ -318,7 +321,7 @@ class Trainer:
         bar = tqdm(total=self.total_steps, initial=self.global_step, disable=self.rank != 0 or not s.progress,
                    desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
         params = [p for p in eng.module.parameters() if p.requires_grad]
-        bad_total, val, epoch, micro_i = 0, {}, start_epoch, skip_micro
+        bad_total, val, epoch, micro_i = self._bad_videos, {}, start_epoch, skip_micro
         t_step = time.perf_counter()
         acc = [0.0] * 8  # loss_sum, n, correct1, correct5, bad, data_s, compute_s, comm_s
         for epoch in range(start_epoch, s.epochs):
@@ -369,6 +372,7 @@ class Trainer:
                 acc = [0.0] * 8
                 now = time.perf_counter()
                 bad_total += int(r[4])
+                self._bad_videos = bad_total
                 metrics = {"train/loss": r[0] / r[1], "train/top1": 100 * r[2] / r[1], "train/top5": 100 * r[3] / r[1],
                            "perf/clips_per_s": r[1] / max(now - t_step, 1e-9),
                            "time/data_wait_s": r[5] / self.world, "time/compute_s": r[6] / self.world,
