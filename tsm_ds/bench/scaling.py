@@ -120,10 +120,11 @@ CLUSTERS: dict[str, Cluster] = {
         intra_latency=2e-6, inter_latency=5e-6,
         storage_bw_node=23 * GB, storage_bw_total=2500 * GB, cpu_cores_per_gpu=7.0,
         compute_speedup=1.0,
-        source=("OLCF Summit user guide: 6x V100 per node, NVLink 2.0 50 GB/s per direction, "
-                "dual-rail EDR IB 2x100 Gb/s = 23 GB/s node injection, 42 usable POWER9 cores, "
-                "Alpine GPFS 2.5 TB/s; latencies 2 us (NVLink) / 5 us (IB hop incl. NCCL) are "
-                "assumptions")),
+        source=("OLCF Summit user guide / ORNL: 6x V100 per node, NVLink 2.0 50 GB/s per direction "
+                "(X-Bus 64 GB/s between the sockets), non-blocking fat tree of dual-rail EDR "
+                "InfiniBand (2 x 100 Gb/s = 25 GB/s signalling; 23 GB/s node injection bandwidth "
+                "used), 42 usable POWER9 cores, Alpine GPFS 2.5 TB/s; latencies 2 us (NVLink) / "
+                "5 us (IB hop incl. NCCL) are assumptions")),
     "h100": Cluster(
         name="h100", gpus_per_node=8, intra_bw=450 * GB, inter_bw=400 * GB,
         intra_latency=2e-6, inter_latency=5e-6,
