@@ -87,13 +87,24 @@ def test_short_gop_decodes_only_the_needed_gop(videos):
 def test_long_gop_decodes_forward_instead_of_seeking(videos):
     # frames 10 and 90 share keyframe 0: one forward pass, no seek, and it stops at frame 90
     st = D.DecodeStats()
-    out = D.decode_frames(videos["h264_bframes_long_gop.mkv"], [10, 90], stats=st)
+    out = D.decode_frames(videos["h264_bframes_long_gop.mkv"], [10, 90], stats=st, skip_nonref=False)
     assert numbers(out) == [10, 90]
     assert st.seeks == 0 and 91 <= st.decoded <= 91 + 4
     # frame 110 lies past keyframe 100: after frame 10 the decoder seeks
     st = D.DecodeStats()
-    assert numbers(D.decode_frames(videos["h264_bframes_long_gop.mkv"], [10, 110], stats=st)) == [10, 110]
+    out = D.decode_frames(videos["h264_bframes_long_gop.mkv"], [10, 110], stats=st, skip_nonref=False)
+    assert numbers(out) == [10, 110]
     assert st.seeks == 1 and st.decoded <= 11 + 4 + 11 + 4
+
+
+def test_skipping_non_reference_frames_is_exact_and_decodes_less(videos):
+    path = videos["h264_bframes_long_gop.mkv"]  # x264, 3 B-frames: many are not references
+    req = [10, 41, 42, 43, 90, 99]
+    full, skip = D.DecodeStats(), D.DecodeStats()
+    a = D.decode_frames(path, req, stats=full, skip_nonref=False)
+    b = D.decode_frames(path, req, stats=skip)
+    assert numbers(a) == numbers(b) == req and np.array_equal(a, b)
+    assert skip.decoded < 0.75 * full.decoded
 
 
 def test_vfr_index_is_presentation_order_not_time(videos):

@@ -1,1 +1,29 @@
-"""tsm_ds.data."""
+"""tsm_ds.data: annotations -> frame indices -> decoded frames -> transformed clips.
+
+Modules: records (list files, class folders, Kinetics CSV, manifest split), sampling (TSN /
+dense / multi-clip indices), decode (PyAV, exact frames, cached packet index), transforms
+(official crops, ImageNet normalisation), dataset (VideoClipDataset), prepare / check (the
+``tsm-ds prepare`` / ``tsm-ds check-videos`` commands), testvideo (numbered test videos).
+
+The names below are imported lazily, so ``import tsm_ds.data.records`` does not load torch.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "VideoRecord": "records", "read_class_folders": "records", "read_video_list": "records",
+    "read_kinetics_csv": "records", "read_label_map": "records",
+    "split_by_source_group": "records", "write_video_list": "records",
+    "clip_indices": "sampling",
+    "decode_frames": "decode", "count_frames": "decode", "VideoError": "decode",
+    "ClipTransform": "transforms",
+    "VideoClipDataset": "dataset",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -364,7 +364,7 @@ def _configure(stream, thread_count: int) -> None:
 
 def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames: int | None = None,
                   thread_count: int = 1, stats: DecodeStats | None = None,
-                  frame_template: str = FRAME_TEMPLATE) -> np.ndarray:
+                  frame_template: str = FRAME_TEMPLATE, skip_nonref: bool = True) -> np.ndarray:
     """Decode frames ``indices`` (presentation order, 0-based) of a video file or frame folder.
 
     Args:
@@ -375,6 +375,9 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
             for video files (the cached packet count is used).
         thread_count: decoder threads (1 = one thread, right for DataLoader workers).
         stats: a :class:`DecodeStats` to fill (frames decoded, seeks, ...), for benchmarks.
+        skip_nonref: let the decoder skip non-reference frames that are not asked for (files with
+            trustworthy pts only; exact, since no other frame needs them; ~2x fewer frames
+            decoded on H.264 with B-frames).
 
     Returns:
         np.uint8 array (T, H, W, 3), RGB, T = len(indices), in the order of ``indices``; H, W
@@ -408,7 +411,7 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
         _configure(stream, thread_count)
         last = None
         if idx.seekable:
-            ok, last = _decode_seeking(container, stream, idx, targets, got, st)
+            ok, last = _decode_seeking(container, stream, idx, targets, got, st, skip_nonref)
             if not ok:
                 warn_once(path, "pts", f"{path}: decoder output timestamps are not in "
                                        "presentation order; decoding this file sequentially")
@@ -430,8 +433,7 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
     if missing:
         st.missing = len(missing)
         last_i, last_img = last if last is not None else max(got.items())
-        for i in missing:
-            # frames before the last decoded one are always delivered, so this only fills the tail
+        for i in missing:  # the stream ended or failed before these frames
             got[i] = last_img
         why = st.error or "the stream ends early"
         warn_once(path, "partial", f"{path}: frames from {min(missing)} on could not be decoded "
