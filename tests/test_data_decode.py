@@ -261,3 +261,11 @@ def test_time_base_other_than_ms(tmp_path):
     pts = [i * 3 for i in range(15)]
     p = write_numbered_video(tmp_path / "tb.mkv", 15, gop=4, pts=pts, time_base=Fraction(1, 90))
     assert numbers(D.decode_frames(p, [14, 0, 7])) == [14, 0, 7]
+
+
+def test_iter_frames_streams_in_one_pass(videos):
+    got = [(i, read_number(f)) for i, f in D.iter_frames(videos["h264_bframes_long_gop.mkv"],
+                                                         stride=7, start=3, stop=40)]
+    assert got == [(i, i) for i in range(3, 40, 7)]
+    rot = list(D.iter_frames(videos["mpeg4_bframes.avi"], stride=50))
+    assert [i for i, _ in rot] == [0, 50, 100] and [read_number(f) for _, f in rot] == [0, 50, 100]

@@ -44,7 +44,7 @@ __all__ = [
     "VideoError", "VideoOpenError", "NoVideoStreamError", "VideoDecodeError",
     "VideoIndex", "DecodeStats", "build_index", "get_index", "count_frames", "decode_frames",
     "decode_all_frames", "is_frame_folder", "frame_folder_count", "set_index_cache_dir",
-    "warn_once", "clear_index_cache",
+    "warn_once", "clear_index_cache", "iter_frames",
 ]
 
 _NO_PTS = np.iinfo(np.int64).min
@@ -607,3 +607,39 @@ def decode_all_frames(path: str | os.PathLike, *, thread_count: int = 1) -> np.n
     if not frames:
         raise VideoDecodeError(path, "no decodable frame")
     return np.stack(frames)
+
+
+def iter_frames(path: str | os.PathLike, *, stride: int = 1, start: int = 0,
+                stop: int | None = None, thread_count: int = 1):
+    """Yield (index, uint8 (H, W, 3) RGB with rotation applied) for frames start, start + stride,
+    ... (< stop) in presentation order, in one sequential pass (for streaming inference over a
+    whole video: repeated :func:`decode_frames` calls on chunks would re-decode each GOP).
+
+    The container is closed when the generator finishes or is closed. Stops quietly at a decode
+    error after the first frame (a warning names the file); raises VideoOpenError /
+    NoVideoStreamError, or VideoDecodeError when no frame decodes.
+    """
+    path = str(path)
+    if stride < 1:
+        raise ValueError("stride must be >= 1")
+    container = _open(path)
+    try:
+        stream = _video_stream(container, path)
+        _configure(stream, thread_count)
+        i = -1
+        try:
+            for frame in container.decode(stream):
+                i += 1
+                if stop is not None and i >= stop:
+                    return
+                if i >= start and (i - start) % stride == 0:
+                    yield i, _rotate(frame.to_ndarray(format="rgb24"), frame.rotation)
+        except Exception as e:
+            if i < 0:
+                raise VideoDecodeError(path, f"no decodable frame ({type(e).__name__}: {e})") from None
+            warn_once(path, "partial", f"{path}: decode error after frame {i} "
+                                       f"({type(e).__name__}: {e}); stopping there")
+        if i < 0:
+            raise VideoDecodeError(path, "no decodable frame")
+    finally:
+        container.close()
