@@ -114,13 +114,15 @@ def test_config_block_and_removed_optimizers():
         build_compressor({"type": "onebit"}, ZeroEngine())
 
 
-def test_recipe_file_is_valid():
+@pytest.mark.parametrize("name", ["cpu_fp32_onebit.json", "gpu_autocast_bf16_onebit.json"])
+def test_recipe_files_are_valid(name):
     import json
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "ds_configs" / "cpu_fp32_onebit.json"
-    cfg = json.loads(path.read_text())
+    cfg = json.loads((Path(__file__).resolve().parents[1] / "ds_configs" / name).read_text())
     check_ds_config(cfg)
-    assert C._parse_block(cfg["tsm_ds"]["compression"])["type"] == "onebit"
+    assert C._parse_block(cfg["tsm_ds"]["compression"]) == {"type": "onebit", "freeze_step": 100, "chunk_size": 1024}
+    # the compressor needs fp32 gradients in p.grad at ZeRO 0 (the trainer refuses bf16/fp16 modes)
+    assert cfg["zero_optimization"]["stage"] == 0 and "bf16" not in cfg and "fp16" not in cfg
 
 
 # ------------------------------------------------------------------------------ two gloo ranks
