@@ -147,3 +147,18 @@ def test_option_errors(clips):
         VideoClipDataset(recs, mode="val", num_crops=3)
     with pytest.raises(ValueError):
         VideoClipDataset(recs, mode="train", sampling="bogus")
+
+
+def test_set_epoch_reaches_persistent_workers(clips):
+    recs, _ = clips
+    ds = VideoClipDataset(recs[:2], num_segments=4, mode="train", img_size=32, seed=3)
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1, persistent_workers=True,
+                                         timeout=60)
+    seen = []
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        seen.append(next(iter(loader))["clip"])
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        assert torch.equal(seen[epoch][0], ds[0]["clip"])
+    assert not torch.equal(seen[0], seen[1])

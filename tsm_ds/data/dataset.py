@@ -71,7 +71,8 @@ class VideoClipDataset(Dataset):
         self.mode = mode
         self.sampling = sampling
         self.seed = int(seed)
-        self.epoch = 0
+        # the epoch lives in shared memory so that set_epoch reaches persistent DataLoader workers
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.num_clips = 2 if twice_sample else num_clips
         self.twice_sample = twice_sample
         self.dense_window = dense_window
@@ -97,10 +98,15 @@ class VideoClipDataset(Dataset):
         """Labels of all records, in order (for class-balanced samplers, confusion matrices)."""
         return [r.label for r in self.records]
 
+    @property
+    def epoch(self) -> int:
+        """The epoch whose random choices items use (see :meth:`set_epoch`)."""
+        return int(self._epoch[0])
+
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose random choices items use (call before each epoch, in every
-        worker: with persistent workers, pass the epoch through a sampler instead)."""
-        self.epoch = int(epoch)
+        """Select the epoch whose random choices items use; call before each epoch. The value is
+        in shared memory, so DataLoader workers (persistent ones too) see it."""
+        self._epoch[0] = int(epoch)
 
     def _rng(self, index: int, attempt: int, stream: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.epoch, index, attempt, stream])
