@@ -81,7 +81,7 @@ def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_si
         model: eval-mode recognizer, float32 (N, T, 3, H, W) -> logits (N, K).
         path: video file.
         num_segments: T. img_size: crop size in pixels.
-        num_clips, num_crops: the protocol (:func:`tsm_ds.engine.views.test_protocol`).
+        num_clips, num_crops: the protocol (:func:`tsm_ds.engine.views.view_protocol`).
         average: ``"logits"`` (softmax of the mean logits) or ``"prob"`` (mean of per-view softmax).
         max_clips: clips per model call.
 
@@ -93,10 +93,10 @@ def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_si
     """
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.records import VideoRecord
-    from tsm_ds.engine.views import MultiViewForward, test_protocol
+    from tsm_ds.engine.views import MultiViewForward, view_protocol
 
     n = probe(path)
-    protocol = test_protocol(num_clips, num_crops)
+    protocol = view_protocol(num_clips, num_crops)
     ds = VideoClipDataset([VideoRecord(path, 0, n)], num_segments=num_segments, img_size=img_size,
                           **protocol.dataset_kwargs())
     try:

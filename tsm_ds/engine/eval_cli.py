@@ -395,10 +395,10 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.engine.eval_report import write_eval_results
     from tsm_ds.engine.evaluate import gather_predictions
-    from tsm_ds.engine.views import MultiViewForward, test_protocol
+    from tsm_ds.engine.views import MultiViewForward, view_protocol
 
     rank, world = init_distributed_from_env()
-    protocol = test_protocol(args.num_clips, args.num_crops, args.sampling)
+    protocol = view_protocol(args.num_clips, args.num_crops, args.sampling)
     loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
     if torch.cuda.is_available():
         loaded.model.cuda()

@@ -36,7 +36,7 @@ CROP_SCHEMES = {1: "centre crop", 3: "full-res 3 crops", 10: "10 crops (corners 
 
 
 @dataclass(frozen=True)
-class TestProtocol:
+class ViewProtocol:
     """One multi-view test protocol: ``num_clips`` clips x ``num_crops`` crops per video.
 
     Attributes:
@@ -78,7 +78,7 @@ class TestProtocol:
         return f"{clips} x {self.num_crops} crops ({CROP_SCHEMES.get(self.num_crops, '?')}) = {self.num_views} views"
 
 
-def test_protocol(num_clips: int = 1, num_crops: int = 1, sampling: str | None = None) -> TestProtocol:
+def view_protocol(num_clips: int = 1, num_crops: int = 1, sampling: str | None = None) -> ViewProtocol:
     """Validate and complete a protocol: ``sampling`` defaults to the official one for num_clips.
 
     Args:
@@ -87,7 +87,7 @@ def test_protocol(num_clips: int = 1, num_crops: int = 1, sampling: str | None =
         sampling: ``"tsn"`` or ``"dense"``; None picks ``"dense"`` for 10 clips, else ``"tsn"``.
 
     Returns:
-        The :class:`TestProtocol`.
+        The :class:`ViewProtocol`.
 
     Raises:
         ValueError: a clip or crop count outside those choices, or an unknown sampling.
@@ -101,7 +101,7 @@ def test_protocol(num_clips: int = 1, num_crops: int = 1, sampling: str | None =
     sampling = sampling or CLIP_SAMPLING[num_clips]
     if sampling not in ("tsn", "dense"):
         raise ValueError(f"sampling={sampling!r}: expected 'tsn' or 'dense'")
-    return TestProtocol(num_clips=num_clips, num_crops=num_crops, sampling=sampling)
+    return ViewProtocol(num_clips=num_clips, num_crops=num_crops, sampling=sampling)
 
 
 def average_views(scores: torch.Tensor, num_views: int, average: str = "logits") -> torch.Tensor:
