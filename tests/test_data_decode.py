@@ -269,3 +269,13 @@ def test_iter_frames_streams_in_one_pass(videos):
     assert got == [(i, i) for i in range(3, 40, 7)]
     rot = list(D.iter_frames(videos["mpeg4_bframes.avi"], stride=50))
     assert [i for i, _ in rot] == [0, 50, 100] and [read_number(f) for _, f in rot] == [0, 50, 100]
+
+
+def test_short_side_scales_down_during_conversion(videos):
+    path = videos["h264_bframes_short_gop.mp4"]
+    small = D.decode_frames(path, [3, 100], short_side=32)
+    assert small.shape == (2, 32, 64, 3)
+    # the number cells (16 px, now 8 px) are still there: upscale back and read them
+    big = np.repeat(np.repeat(small, 2, axis=1), 2, axis=2)
+    assert numbers(big) == [3, 100]
+    assert D.decode_frames(path, [3], short_side=500).shape == (1, 64, 128, 3)  # never up

@@ -50,6 +50,11 @@ class VideoClipDataset(Dataset):
         max_replacements: bad files tolerated in a row for one item before RuntimeError.
         thread_count: decoder threads per item (1: right for DataLoader workers).
         train_short_side, scale_size: see :class:`~tsm_ds.data.transforms.ClipTransform`.
+        decode_short_side: frames larger than this are scaled down while they are converted to
+            RGB (:func:`~tsm_ds.data.decode.decode_frames` ``short_side``); "auto": the short side
+            the transform works at (train_short_side in training, scale_size otherwise), which
+            is what the official pipeline gets from frames extracted at that size; None: decode
+            at full resolution.
 
     Raises ValueError for an empty record list or bad options.
     """
@@ -59,7 +64,7 @@ class VideoClipDataset(Dataset):
                  flip: bool = True, seed: int = 0, num_clips: int = 1, num_crops: int = 1,
                  twice_sample: bool = False, dense_window: int = 64, max_replacements: int = 20,
                  thread_count: int = 1, train_short_side: int | None | str = "auto",
-                 scale_size: int | None = None):
+                 scale_size: int | None = None, decode_short_side: int | None | str = "auto"):
         if not records:
             raise ValueError("VideoClipDataset: no records")
         if mode not in ("train", "val", "test"):
@@ -80,6 +85,10 @@ class VideoClipDataset(Dataset):
         self.thread_count = thread_count
         self.transform = ClipTransform(mode, img_size, flip=flip, num_crops=num_crops,
                                        train_short_side=train_short_side, scale_size=scale_size)
+        if decode_short_side == "auto":
+            decode_short_side = (self.transform.train_short_side if mode == "train"
+                                 else self.transform.scale_size)
+        self.decode_short_side = decode_short_side
         # fail early on a bad option combination
         clip_indices(max(num_segments, 1) * 4, num_segments, mode=mode, sampling=sampling,
                      rng=np.random.default_rng(0), num_clips=self.num_clips,
@@ -122,7 +131,8 @@ class VideoClipDataset(Dataset):
                            twice_sample=self.twice_sample, window=self.dense_window)
         k = idx.shape[0]
         frames = _decode.decode_frames(record.path, idx.reshape(-1), num_frames=n,
-                                       thread_count=self.thread_count)
+                                       thread_count=self.thread_count,
+                                       short_side=self.decode_short_side)
         x = self.transform(frames, self._rng(index, attempt, 1))
         if self.mode != "test" or self.num_views == 1:
             return x.reshape(-1, *x.shape[-3:]) if x.ndim == 5 else x

@@ -346,11 +346,23 @@ def _rotate(img: np.ndarray, rotation: float | int | None) -> np.ndarray:
     return np.ascontiguousarray(np.rot90(img, k)) if k else img
 
 
+def _out_size(frame, short_side: int | None) -> tuple[int, int]:
+    """(width, height) to convert ``frame`` to: its own size, or scaled down so that the short
+    side is ``short_side`` (never scaled up)."""
+    w, h = frame.width, frame.height
+    if not short_side or min(w, h) <= short_side:
+        return (w, h)
+    s = short_side / min(w, h)
+    return (max(1, int(round(w * s))), max(1, int(round(h * s))))
+
+
 def _to_rgb(frame, size: tuple[int, int] | None) -> np.ndarray:
     if size is None or (frame.width, frame.height) == size:
         arr = frame.to_ndarray(format="rgb24")
-    else:  # a resolution change mid-stream: scale to the clip's first frame size
-        arr = frame.to_ndarray(format="rgb24", width=size[0], height=size[1])
+    else:  # scaled in the same swscale pass as the RGB conversion (bilinear, area-filtered
+        # when shrinking); also used when the resolution changes mid-stream
+        arr = frame.to_ndarray(format="rgb24", width=size[0], height=size[1],
+                               interpolation="BILINEAR")
     return _rotate(arr, getattr(frame, "rotation", 0))
 
 
@@ -364,7 +376,8 @@ def _configure(stream, thread_count: int) -> None:
 
 def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames: int | None = None,
                   thread_count: int = 1, stats: DecodeStats | None = None,
-                  frame_template: str = FRAME_TEMPLATE, skip_nonref: bool = True) -> np.ndarray:
+                  frame_template: str = FRAME_TEMPLATE, skip_nonref: bool = True,
+                  short_side: int | None = None) -> np.ndarray:
     """Decode frames ``indices`` (presentation order, 0-based) of a video file or frame folder.
 
     Args:
@@ -378,6 +391,9 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
         skip_nonref: let the decoder skip non-reference frames that are not asked for (files with
             trustworthy pts only; exact, since no other frame needs them; ~2x fewer frames
             decoded on H.264 with B-frames).
+        short_side: when set, frames whose short side is larger are scaled down to it while they
+            are converted to RGB (cheaper than converting full-size frames and resizing after;
+            video files only). None keeps the decoded size.
 
     Returns:
         np.uint8 array (T, H, W, 3), RGB, T = len(indices), in the order of ``indices``; H, W
@@ -411,7 +427,8 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
         _configure(stream, thread_count)
         last = None
         if idx.seekable:
-            ok, last = _decode_seeking(container, stream, idx, targets, got, st, skip_nonref)
+            ok, last = _decode_seeking(container, stream, idx, targets, got, st, skip_nonref,
+                                       short_side)
             if not ok:
                 warn_once(path, "pts", f"{path}: decoder output timestamps are not in "
                                        "presentation order; decoding this file sequentially")
@@ -423,7 +440,7 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
                 _configure(stream, thread_count)
         if not idx.seekable:
             st.sequential = True
-            last = _decode_sequential(container, stream, targets, got, st)
+            last = _decode_sequential(container, stream, targets, got, st, short_side)
     finally:
         container.close()
 
@@ -458,7 +475,8 @@ def _resize_like(img: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return t[0].permute(1, 2, 0).round().clamp(0, 255).byte().numpy()
 
 
-def _decode_sequential(container, stream, targets: list[int], got: dict, st: DecodeStats):
+def _decode_sequential(container, stream, targets: list[int], got: dict, st: DecodeStats,
+                       short_side: int | None = None):
     """Decode from the start, counting output frames (decoder output order = presentation order).
 
     Returns (index, image) of the last frame decoded when targets remain missing, else None.
@@ -474,14 +492,14 @@ def _decode_sequential(container, stream, targets: list[int], got: dict, st: Dec
                 st.decoded += 1
                 last_frame = frame
                 if i in need:
+                    size = size or _out_size(frame, short_side)
                     got[i] = _to_rgb(frame, size)
-                    size = size or (frame.width, frame.height)
                     need.discard(i)
                     if not need:
                         return None
     except Exception as e:  # a decode/demux error part-way: keep what we have
         st.error = f"{type(e).__name__}: {e}"
-    return _last(got, i, last_frame, size)
+    return _last(got, i, last_frame, size or (_out_size(last_frame, short_side) if last_frame else None))
 
 
 def _last(got: dict, i: int, frame, size):
@@ -492,7 +510,7 @@ def _last(got: dict, i: int, frame, size):
 
 
 def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got: dict,
-                    st: DecodeStats, skip_nonref: bool = True):
+                    st: DecodeStats, skip_nonref: bool = True, short_side: int | None = None):
     """Seek / decode-forward loop for files whose pts name frames, one packet at a time.
 
     Always works on the smallest frame still missing: when the keyframe it needs lies past the
@@ -566,12 +584,13 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
             last_i = frame_of_pts.get(fp, last_i)
             ti = need_pts.pop(fp, None)
             if ti is not None:
+                size = size or _out_size(frame, short_side)
                 got[ti] = _to_rgb(frame, size)
-                size = size or (frame.width, frame.height)
                 remaining.remove(ti)
     if not remaining:
         return True, None
-    return True, _last(got, last_i, last_frame, size)
+    return True, _last(got, last_i, last_frame,
+                       size or (_out_size(last_frame, short_side) if last_frame else None))
 
 
 def count_frames(path: str | os.PathLike) -> int:
