@@ -292,14 +292,23 @@ def model_zoo(batch: int, img: int, frames: int, video_frames: int, reps: int,
             "grad_MB_fp32": d["grad_params"] * 4 / 1e6, "grad_MB_fp16": d["grad_params"] * 2 / 1e6,
             "grad_MB_bf16": d["grad_params"] * 2 / 1e6,
             "train_step_s": tr["median_s"], "infer_step_s": inf["median_s"],
+            "train_clips_per_cpu_s": batch / tr["cpu_median_s"],
+            "infer_clips_per_cpu_s": batch / inf["cpu_median_s"],
+            "train_cpu_spread_pct": tr["cpu_spread_pct"],
         })
     tsm_row = next(r for r in rows if r["model"] == ref)
     for r in rows:
         r["train_throughput_vs_TSM"] = r["train_clips_per_s"] / tsm_row["train_clips_per_s"]
         r["infer_throughput_vs_TSM"] = r["infer_clips_per_s"] / tsm_row["infer_clips_per_s"]
+        r["train_cpu_throughput_vs_TSM"] = (r["train_clips_per_cpu_s"]
+                                            / tsm_row["train_clips_per_cpu_s"])
+        r["infer_cpu_throughput_vs_TSM"] = (r["infer_clips_per_cpu_s"]
+                                            / tsm_row["infer_clips_per_cpu_s"])
         log(f"  {r['model']:12s} {r['frames']:3d}f train {r['train_clips_per_s']:7.3f} clips/s "
-            f"(x{r['train_throughput_vs_TSM']:.2f} of TSM, spread {r['train_spread_pct']:.0f}%)  "
-            f"infer {r['infer_clips_per_s']:7.3f} clips/s (x{r['infer_throughput_vs_TSM']:.2f})  "
+            f"(x{r['train_throughput_vs_TSM']:.2f} of TSM, spread {r['train_spread_pct']:.0f}%; "
+            f"per CPU-s x{r['train_cpu_throughput_vs_TSM']:.2f})  "
+            f"infer {r['infer_clips_per_s']:7.3f} clips/s (x{r['infer_throughput_vs_TSM']:.2f}; "
+            f"per CPU-s x{r['infer_cpu_throughput_vs_TSM']:.2f})  "
             f"{r['GMACs_per_clip']:.1f} GMACs  {r['params_M']:.2f} M params  "
             f"grad {r['grad_MB_fp32']:.1f} MB fp32")
     return rows
@@ -327,11 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench_out", help="output directory")
     p.add_argument("--quick", action="store_true",
                    help="reduced size for a CPU (~2-3 min): 112 px zoo, batch 1, 8-frame video "
-                        "models, shift overhead at 112 and 224 px with batch 1")
+                        "models, shift overhead at 112 and 224 px with batch 1, 1 thread")
     args = p.parse_args(argv)
     if args.quick:
         args.img_size, args.batch, args.video_frames = 112, 1, 8
         args.shift_batch = args.shift_batch or 1
+        args.threads = args.threads or 1
     if args.threads:
         torch.set_num_threads(args.threads)
     skip = set(filter(None, args.skip.split(",")))
