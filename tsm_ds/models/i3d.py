@@ -120,7 +120,7 @@ def build_i3d(num_classes: int, *, num_segments: int = 32, dropout: float = 0.5,
     """
     config = dict(arch="i3d_resnet50", num_classes=num_classes, num_segments=num_segments,
                   shift=None, shift_div=8, shift_place="blockres", temporal_pool=False,
-                  dropout=dropout, partial_bn=partial_bn, pretrained=pretrained)
+                  dropout=dropout, partial_bn=partial_bn, pretrained=None)
     model = I3D(num_classes, config, dropout)
     if pretrained is not None:
         from .weights import inflate_2d_state_dict, read_state_dict

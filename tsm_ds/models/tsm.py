@@ -201,7 +201,9 @@ def build_tsn(arch: str, num_classes: int, *, num_segments: int = 8,
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     config = dict(arch=arch, num_classes=num_classes, num_segments=num_segments, shift=shift,
                   shift_div=shift_div, shift_place=shift_place, temporal_pool=temporal_pool,
-                  dropout=dropout, partial_bn=partial_bn, pretrained=pretrained)
+                  dropout=dropout, partial_bn=partial_bn, pretrained=None)
+    # pretrained is recorded as None: rebuilding from a checkpoint's config must not need the
+    # ImageNet file (the checkpoint holds the weights).
 
     base = getattr(torchvision.models, arch)(weights=None)
     if pretrained is not None:
@@ -248,7 +250,9 @@ def build_model(arch: str, num_classes: int, *, num_segments: int = 8,
             ``resnet50-0676ba61.pth``), or None for random init.
 
     Returns:
-        :class:`TSN` or :class:`.i3d.I3D`, with ``model.config`` = these arguments.
+        :class:`TSN` or :class:`.i3d.I3D`, with ``model.config`` = these arguments (with
+        ``pretrained`` recorded as None, so ``build_model(**model.config)`` works where the
+        ImageNet file is absent; load the trained weights into it).
 
     Raises:
         ValueError: unknown arch / option, or an incompatible combination.
