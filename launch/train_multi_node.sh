@@ -15,6 +15,8 @@ HOSTFILE=${HOSTFILE:-launch/hostfile.example}
 CONFIG=${CONFIG:-ds_configs/gpu_fp16.json}
 MASTER_PORT=${MASTER_PORT:-29500}
 launcher=(deepspeed --hostfile "$HOSTFILE" --master_port "$MASTER_PORT")
+# NO_SSH_CHECK=1: skip the launcher's ssh probe (a hostfile naming only localhost, a trial run)
+if [ -n "${NO_SSH_CHECK:-}" ]; then launcher+=(--no_ssh_check); fi
 if [ -n "${NODE_RANK:-}" ]; then
   launcher+=(--no_ssh --node_rank "$NODE_RANK" --master_addr "${MASTER_ADDR:?set MASTER_ADDR to node 0}")
 elif [ -n "${MASTER_ADDR:-}" ]; then
