@@ -21,6 +21,9 @@ Loaders:
   dataset item does), when torchcodec imports.
 - ``decord``: ``decord.VideoReader(path, num_threads=1).get_batch(indices)``, when decord imports.
 
+Then the whole training pipeline on the real clips (VideoClipDataset in train mode: decode, official
+multi-scale crop, flip, normalise) through a DataLoader with 0 and 2 worker processes.
+
 Frames are "same" when the mean absolute difference to the reference is below 3 grey levels
 (other FFmpeg builds convert YUV to RGB slightly differently). Writes ``data.json`` / ``data.md``.
 The machine may be shared: numbers are medians of interleaved repetitions; compare the ratios.
@@ -219,6 +222,38 @@ def bench_input(name: str, files: list[str], loaders: dict[str, Callable], reps:
     return rows
 
 
+def bench_dataset(files_labels: list[tuple[str, int]], workers: tuple[int, ...], reps: int) -> list[dict]:
+    """Whole pipeline (decode + official train crop + normalise) through a DataLoader:
+    clips/s of VideoClipDataset(mode="train", 8 segments, 224) with 0 and more worker processes."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from tsm_ds.data.dataset import VideoClipDataset
+    from tsm_ds.data.records import VideoRecord
+
+    ds = VideoClipDataset([VideoRecord(p, l) for p, l in files_labels], num_segments=8,
+                          mode="train", img_size=224)
+    rows = []
+    for w in workers:
+        loader = DataLoader(ds, batch_size=4, num_workers=w, persistent_workers=w > 0,
+                            shuffle=False)
+        for _ in loader:  # warm up (worker start, frame indexes)
+            pass
+        times = []
+        for epoch in range(reps):
+            ds.set_epoch(epoch + 1)
+            t = time.perf_counter()
+            n = sum(b["clip"].shape[0] for b in loader)
+            times.append(time.perf_counter() - t)
+        med = statistics.median(times)
+        rows.append({"input": f"real clips ({len(ds)}), train items (decode + crop + normalise)",
+                     "loader": f"VideoClipDataset, DataLoader workers={w}", "clips": n,
+                     "clips_per_s": n / med, "ms_per_clip": med * 1e3 / n,
+                     "torch_threads": torch.get_num_threads()})
+        del loader
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``tsm-ds bench data``; returns 0 (1 when no input could be benchmarked)."""
     from tsm_ds.bench.report import write_report
@@ -234,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench data: loader {k} skipped ({why})")
 
     inputs: list[tuple[str, list[str]]] = []
+    recs = []
     if Path(args.data).is_dir():
         recs, _ = read_class_folders(args.data)
         inputs.append((f"real clips ({len(recs)})", [r.path for r in recs]))
@@ -251,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, files in inputs:
             print(f"bench data: {name} ...", flush=True)
             rows += bench_input(name, files, loaders, reps)
+        if recs:
+            print("bench data: VideoClipDataset through a DataLoader ...", flush=True)
+            rows += bench_dataset([(r.path, r.label) for r in recs], (0, 2), max(2, reps - 1))
     for r in rows:
         cps = r.get("clips_per_s")
         print(f"  {r['input'][:38]:38s} {r['loader']:18s} "
