@@ -15,6 +15,10 @@ are reported, never single timings):
    copy), the ``torch.cat`` reference, and the fused path's in-place shift + restore, against the
    memory-traffic bound (bytes that must move / measured copy bandwidth).
 
+Each timing records wall time and the process's CPU time (``time.process_time``). On a shared
+machine CPU time is the steadier measure (it counts only the cycles this process got); with
+``--threads 1`` it equals the compute time of the step. Both ratios are printed and saved.
+
 Source of the comparison: TSM paper (Lin et al., ICCV 2019) Table 1 / Sec. 5 (throughput vs I3D).
 torchvision's s3d ends in a fixed 2x7x7 average pool; here it is replaced by a global average pool
 so that it runs at any clip size (no multiply-adds change).
