@@ -130,14 +130,16 @@ class _Runner:
 
 def _interleaved(runners: dict[str, Callable[[], tuple[float, float]]], reps: int,
                  warmup: int = 1) -> dict[str, list[tuple[float, float]]]:
-    """Run rep 1 of every runner, then rep 2, ... (load on a shared machine hits all alike)."""
+    """Run rep 1 of every runner, then rep 2, ... (load on a shared machine hits all alike); the
+    order rotates by one each rep so that no runner always follows the same neighbour."""
     for _ in range(warmup):
         for fn in runners.values():
             fn()
+    names = list(runners)
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in runners}
-    for _ in range(reps):
-        for k, fn in runners.items():
-            times[k].append(fn())
+    for r in range(reps):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            times[k].append(runners[k]())
     return times
 
 
