@@ -279,3 +279,13 @@ def test_short_side_scales_down_during_conversion(videos):
     big = np.repeat(np.repeat(small, 2, axis=1), 2, axis=2)
     assert numbers(big) == [3, 100]
     assert D.decode_frames(path, [3], short_side=500).shape == (1, 64, 128, 3)  # never up
+
+
+def test_index_cache_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "INDEX_CACHE_SIZE", 2)
+    D.clear_index_cache()
+    paths = [write_numbered_video(tmp_path / f"c{i}.mkv", 5 + i, gop=5) for i in range(3)]
+    assert [D.count_frames(p) for p in paths] == [5, 6, 7]
+    assert len(D._index_cache) == 2
+    assert D.count_frames(paths[0]) == 5  # rebuilt after eviction
+    D.clear_index_cache()

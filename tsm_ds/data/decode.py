@@ -34,6 +34,7 @@ import hashlib
 import os
 import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -119,7 +120,7 @@ class VideoIndex:
     frame_pts: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     key_pos: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     key_pts: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    pos_of_pts: dict = field(default=None, repr=False)  # type: ignore[assignment]
+    order: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         self.frame_pts = np.sort(self.pkt_pts)
@@ -129,7 +130,19 @@ class VideoIndex:
                               or np.any(np.diff(self.key_pts) <= 0)):
             # no keyframe at the start, or keyframes out of pts order: do not trust seeks
             self.seekable = False
-        self.pos_of_pts = ({int(p): i for i, p in enumerate(self.pkt_pts)} if self.seekable else {})
+        # frame_pts[j] is the pts of decode position order[j]; lookups by binary search keep
+        # the index small (24 bytes per frame) for datasets of many files
+        self.order = np.argsort(self.pkt_pts, kind="stable")
+
+    def frame_of(self, pts: int) -> int | None:
+        """Presentation index of the frame with this pts, or None."""
+        j = int(np.searchsorted(self.frame_pts, pts))
+        return j if j < len(self.frame_pts) and self.frame_pts[j] == pts else None
+
+    def pos_of(self, pts: int) -> int | None:
+        """Decode position (packet index) of the packet with this pts, or None."""
+        j = self.frame_of(pts)
+        return None if j is None else int(self.order[j])
 
     def keyframe_for(self, frame: int) -> tuple[int, int]:
         """(decode position, pts) of the last keyframe whose pts <= the pts of ``frame``."""
@@ -144,7 +157,10 @@ def _file_key(path: str) -> tuple[str, int, int]:
     return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
 
 
-_index_cache: dict[tuple[str, int, int], VideoIndex] = {}
+_index_cache: OrderedDict[tuple[str, int, int], VideoIndex] = OrderedDict()
+#: most frame indexes kept in this process (least recently used dropped first; a dropped one is
+#: rebuilt by one demux pass, or read from the on-disk cache)
+INDEX_CACHE_SIZE = int(os.environ.get("TSM_DS_INDEX_CACHE_SIZE", "8192"))
 _index_cache_dir: str | None = os.environ.get("TSM_DS_INDEX_CACHE") or None
 
 
@@ -249,6 +265,7 @@ def get_index(path: str | os.PathLike) -> VideoIndex:
                              ) from None
     idx = _index_cache.get(key)
     if idx is not None:
+        _index_cache.move_to_end(key)
         return idx
     f = _disk_cache_file(key)
     if f is not None and f.is_file():
@@ -271,6 +288,8 @@ def get_index(path: str | os.PathLike) -> VideoIndex:
             except OSError:
                 pass
     _index_cache[key] = idx
+    while len(_index_cache) > INDEX_CACHE_SIZE:
+        _index_cache.popitem(last=False)
     return idx
 
 
@@ -520,7 +539,6 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
     went backwards, or a seek landed past the keyframe asked for): the caller then decodes
     sequentially. last = (index, image) of the last decoded frame when frames are missing.
     """
-    frame_of_pts = {int(p): i for i, p in enumerate(idx.frame_pts)}
     cc = stream.codec_context
     # per-packet skipping is exact only when packets are decoded one by one (no frame threads)
     skip_nonref = skip_nonref and not (cc.thread_count != 1 and "FRAME" in str(cc.thread_type))
@@ -555,7 +573,7 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
             st.error = f"{type(e).__name__}: {e}"
             break
         if packet.size:
-            p = idx.pos_of_pts.get(int(packet.pts)) if packet.pts is not None else None
+            p = idx.pos_of(int(packet.pts)) if packet.pts is not None else None
             if check_landing:
                 check_landing = False
                 if p is None or p > kpos:
@@ -581,7 +599,8 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
                 return False, None
             prev_pts = fp
             last_frame = frame
-            last_i = frame_of_pts.get(fp, last_i)
+            fi = idx.frame_of(fp)
+            last_i = last_i if fi is None else fi
             ti = need_pts.pop(fp, None)
             if ti is not None:
                 size = size or _out_size(frame, short_side)
