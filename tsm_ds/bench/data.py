@@ -46,7 +46,9 @@ import numpy as np
 
 __all__ = ["build_parser", "main"]
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "videos"
+#: the real clips: $TSM_DS_SHARED_DATA/videos, else ../shared/data/videos next to the repository
+DEFAULT_DATA = Path(os.environ.get("TSM_DS_SHARED_DATA",
+                                   Path(__file__).resolve().parents[2].parent / "shared" / "data")) / "videos"
 
 
 def build_parser() -> argparse.ArgumentParser:
