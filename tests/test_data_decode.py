@@ -289,3 +289,22 @@ def test_index_cache_is_bounded(tmp_path, monkeypatch):
     assert len(D._index_cache) == 2
     assert D.count_frames(paths[0]) == 5  # rebuilt after eviction
     D.clear_index_cache()
+
+
+def test_containers_closed_no_fd_leak(videos, tmp_path):
+    import os
+
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"\x00" * 4096)
+    fd_dir = "/proc/self/fd"
+    if not os.path.isdir(fd_dir):
+        pytest.skip("needs /proc/self/fd")
+    D.decode_frames(videos["h264_vfr.mp4"], [1])  # warm caches and lazy imports
+    before = len(os.listdir(fd_dir))
+    for _ in range(20):
+        D.decode_frames(videos["h264_vfr.mp4"], [1, 100, 50])
+        D.decode_frames(videos["mpeg4_bframes.avi"], [3])
+        list(D.iter_frames(videos["mjpeg_intra.avi"], stop=3))
+        with pytest.raises(D.VideoError):
+            D.decode_frames(bad, [0])
+    assert len(os.listdir(fd_dir)) == before
