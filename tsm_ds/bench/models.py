@@ -320,8 +320,8 @@ def model_zoo(batch: int, img: int, frames: int, video_frames: int, reps: int,
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the models benchmark; writes models.json/.md, shift_overhead.*, shift_op.* to --out."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tsm-ds bench models`` argument parser."""
     p = argparse.ArgumentParser(prog="tsm-ds bench models", description=__doc__.split("\n")[0])
     p.add_argument("--img-size", type=int, default=224, help="model-zoo frame size (px)")
     p.add_argument("--batch", type=int, default=2, help="clips per step")
@@ -342,12 +342,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench_out", help="output directory")
     p.add_argument("--quick", action="store_true",
                    help="reduced size for a CPU (~2-3 min): 112 px zoo, batch 1, 8-frame video "
-                        "models, shift overhead at 112 and 224 px with batch 1, 1 thread")
-    args = p.parse_args(argv)
+                        "models, shift overhead at 112 and 224 px with batch 1 (5 reps), model "
+                        "zoo with 3 reps, 1 thread")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the models benchmark; writes models.json/.md, shift_overhead.*, shift_op.* to --out."""
+    args = build_parser().parse_args(argv)
+    zoo_reps = args.reps
     if args.quick:
         args.img_size, args.batch, args.video_frames = 112, 1, 8
         args.shift_batch = args.shift_batch or 1
         args.threads = args.threads or 1
+        zoo_reps = min(args.reps, 3)
     if args.threads:
         torch.set_num_threads(args.threads)
     skip = set(filter(None, args.skip.split(",")))
@@ -370,11 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = shift_op(sb, args.frames, args.img_size, max(args.reps, 5))
         write_report("shift_op", rows, args.out, meta=meta, title="Temporal shift op alone")
     if "zoo" not in skip:
-        print(f"[models] batch {args.batch}, {args.img_size} px, {args.reps} interleaved reps")
+        print(f"[models] batch {args.batch}, {args.img_size} px, {zoo_reps} interleaved reps")
         only = args.models.split(",") if args.models else None
-        rows = model_zoo(args.batch, args.img_size, args.frames, args.video_frames, args.reps,
+        rows = model_zoo(args.batch, args.img_size, args.frames, args.video_frames, zoo_reps,
                          args.num_classes, only)
-        write_report("models", rows, args.out, meta=meta,
+        write_report("models", rows, args.out, meta={**meta, "reps": zoo_reps},
                      title="Video models: throughput, cost, gradient size")
     print(f"reports written to {args.out}/")
     return 0
