@@ -168,3 +168,17 @@ def test_reuses_a_complete_dataset_and_refuses_other_parameters(tmp_path):
         make_demo_dataset(tmp_path, **{**args, "seed": 3})
     third = make_demo_dataset(tmp_path, **{**args, "seed": 3}, overwrite=True)
     assert _decode(Path(third["root"]) / "train/growing/growing_0000.mp4").shape == (4, 32, 32, 3)
+
+
+def test_clutter_zero_is_a_flat_background_and_one_is_not():
+    flat = sample_clip("horizontal", np.random.default_rng(3), size=48, num_frames=4,
+                       radius=(3.0, 5.0), noise=(0.0, 0.0), clutter=0.0)
+    frames = render_clip(flat)
+    (cx, cy), r = flat["centre"][0], flat["radius"][0]
+    yy, xx = np.mgrid[0:48, 0:48] + 0.5
+    far = np.hypot(xx - cx, yy - cy) > r * 1.5 + 1  # pixels the object cannot touch
+    expected = np.rint(np.asarray(flat["background"]["c0"]) * 255).astype(np.uint8)
+    assert (frames[0][far] == expected).all()
+    busy = render_clip(sample_clip("horizontal", np.random.default_rng(3), size=48, num_frames=4,
+                                   radius=(3.0, 5.0), noise=(0.0, 0.0), clutter=1.0))
+    assert len(np.unique(busy[0][far].reshape(-1, 3), axis=0)) > 100

@@ -52,15 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated names from tsm_ds.data.synthetic.ALL_CLASSES")
     d.add_argument("--train-per-class", type=int, default=200)
     d.add_argument("--val-per-class", type=int, default=50)
-    d.add_argument("--num-frames", type=int, default=16, help="frames per generated video")
+    d.add_argument("--num-frames", type=int, default=8, help="frames per generated video")
+    d.add_argument("--speed", type=float, nargs=2, default=(3.0, 5.0), metavar=("LOW", "HIGH"),
+                   help="object speed range, pixels per frame")
+    d.add_argument("--distractor-prob", type=float, default=0.0,
+                   help="probability of a static second shape in a clip")
+    d.add_argument("--clutter", type=float, default=0.5,
+                   help="background structure in [0, 1] (0: flat random colour)")
     d.add_argument("--size", type=int, default=64, help="generated frame side in pixels")
     d.add_argument("--overwrite", action="store_true", help="regenerate the dataset")
     t = p.add_argument_group("training (the same for both models)")
     t.add_argument("--arch", default="resnet18")
     t.add_argument("--img-size", type=int, default=64, help="crop side fed to the network")
     t.add_argument("--num-segments", type=int, default=8, help="T, frames per clip")
-    t.add_argument("--epochs", type=int, default=4)
-    t.add_argument("--batch-size", type=int, default=16, help="global batch (all ranks)")
+    t.add_argument("--epochs", type=int, default=6)
+    t.add_argument("--batch-size", type=int, default=8, help="global batch (all ranks)")
     t.add_argument("--lr", type=float, default=1e-3, help="AdamW lr for the global batch")
     t.add_argument("--warmup-steps", type=int, default=20)
     t.add_argument("--dropout", type=float, default=0.0,
@@ -196,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = make_demo_dataset(out / "data", seed=args.seed, classes=args.classes.split(","),
                                  train_per_class=args.train_per_class, val_per_class=args.val_per_class,
-                                 num_frames=args.num_frames, size=args.size, workers=args.nproc,
+                                 num_frames=args.num_frames, size=args.size, speed=tuple(args.speed),
+                                 distractor_prob=args.distractor_prob, clutter=args.clutter,
+                                 workers=args.nproc,
                                  overwrite=args.overwrite)
     except ValueError as e:
         print(f"tsm-ds demo: {e}", file=sys.stderr)

@@ -16,8 +16,8 @@ shape, colours, background, distractor and per-frame noise, frames in reverse or
   distribution is the same across *all* four (the moving coordinate runs along a trajectory whose
   midpoint is uniform over the positions that keep it in the frame; the still coordinate is the
   position of an independent trajectory of the same law at a uniformly drawn frame);
-- nothing else depends on the class: shapes, colours, sizes, speeds, backgrounds, a static
-  distractor and noise are drawn from one law for every class.
+- nothing else depends on the class: shapes, colours, sizes, speeds, backgrounds, an optional
+  static distractor and noise are drawn from one law for every class.
 
 Everything is drawn from ``numpy.random.default_rng((seed, split, pair, j))``, so a clip does not
 depend on the others, on the order they are made in, or on the number of worker processes, and
@@ -125,13 +125,13 @@ class _Params:
     noise: tuple[float, float]
 
 
-def _background_spec(rng: np.random.Generator) -> dict:
+def _background_spec(rng: np.random.Generator, clutter: float) -> dict:
     c0 = rng.uniform(0.1, 0.9, 3)
-    c1 = np.clip(c0 + rng.uniform(-0.3, 0.3, 3), 0.0, 1.0)
-    blobs = [[*rng.uniform(0, 1, 2), rng.uniform(0.1, 0.25), *rng.uniform(-0.2, 0.2, 3)]
+    c1 = np.clip(c0 + clutter * rng.uniform(-0.3, 0.3, 3), 0.0, 1.0)
+    blobs = [[*rng.uniform(0, 1, 2), rng.uniform(0.1, 0.25), *(clutter * rng.uniform(-0.2, 0.2, 3))]
              for _ in range(3)]
     return {"c0": c0.tolist(), "c1": c1.tolist(), "phi": float(rng.uniform(0, 2 * math.pi)),
-            "blobs": np.asarray(blobs).tolist(), "texture": float(rng.uniform(0.0, 0.04)),
+            "blobs": np.asarray(blobs).tolist(), "texture": float(clutter * rng.uniform(0.0, 0.04)),
             "texture_seed": int(rng.integers(2 ** 63))}
 
 
@@ -166,9 +166,9 @@ def _moving_track(rng: np.random.Generator, size: int, num_frames: int,
     return mid + v * t, float(still), float(v)
 
 
-def sample_clip(pair: str, rng: np.random.Generator, *, size: int = 64, num_frames: int = 16,
-                speed: tuple[float, float] = (1.0, 2.0), radius: tuple[float, float] = (4.0, 7.0),
-                noise: tuple[float, float] = (0.01, 0.05)) -> dict:
+def sample_clip(pair: str, rng: np.random.Generator, *, size: int = 64, num_frames: int = 8,
+                speed: tuple[float, float] = (3.0, 5.0), radius: tuple[float, float] = (4.0, 7.0),
+                noise: tuple[float, float] = (0.01, 0.05), distractor_prob: float = 0.0, clutter: float = 0.5) -> dict:
     """Draw everything about one clip of a class pair, in the pair's forward direction.
 
     The law is the same for every pair except for what the pair is about (the object's
@@ -186,6 +186,10 @@ def sample_clip(pair: str, rng: np.random.Generator, *, size: int = 64, num_fram
             to radius[1] * U(1, 1.5).
         noise: (low, high) standard deviation of i.i.d. per-pixel, per-frame Gaussian noise, in
             units of the intensity range [0, 1].
+        distractor_prob: probability of a second, static shape in the clip.
+        clutter: background structure in [0, 1]: 0 is a flat random colour; 1 adds a colour
+            gradient (up to +-0.3 per channel), three soft blobs (+-0.2) and static texture noise
+            (sigma up to 0.04); in between scales all three.
 
     Returns:
         A JSON-serialisable dict. Per frame, in forward order (lists of length T): ``centre``
@@ -203,7 +207,7 @@ def sample_clip(pair: str, rng: np.random.Generator, *, size: int = 64, num_fram
         raise ValueError(f"unknown class pair {pair!r}; expected one of {sorted(CLASS_PAIRS)}")
     _check_params(_Params(size, num_frames, tuple(speed), tuple(radius), tuple(noise)))
     T, W = num_frames, size
-    bg = _background_spec(rng)
+    bg = _background_spec(rng, clutter)
     bg_mean = (np.asarray(bg["c0"]) + np.asarray(bg["c1"])) / 2
     shape = str(rng.choice(_ROTATION_SHAPES if pair == "rotation" else _SHAPES))
     colour = _contrasting_colour(rng, bg_mean)
@@ -232,7 +236,7 @@ def sample_clip(pair: str, rng: np.random.Generator, *, size: int = 64, num_fram
             start = rng.uniform(0, T - 1 - ramp)
             alpha = np.clip((np.arange(T) - start) / ramp, 0.0, 1.0)
     distractor = None
-    if rng.uniform() < 0.5:  # a static shape elsewhere: the moving object is not the only object
+    if rng.uniform() < distractor_prob:  # a static shape elsewhere: the moving object is not the only object
         d_r = float(rng.uniform(*radius))
         d_reach = d_r * math.sqrt(2.0)
         distractor = {"shape": str(rng.choice(_SHAPES)), "radius": d_r,
@@ -383,7 +387,8 @@ def _make_one(job: tuple) -> dict:
     pair_id, pair, reverse = _CLASS_TO_PAIR[cls]
     spec = sample_clip(pair, _clip_rng(params["seed"], split, pair, j), size=params["size"],
                        num_frames=params["num_frames"], speed=tuple(params["speed"]),
-                       radius=tuple(params["radius"]), noise=tuple(params["noise"]))
+                       radius=tuple(params["radius"]), noise=tuple(params["noise"]),
+                       distractor_prob=params["distractor_prob"], clutter=params["clutter"])
     rel = f"{split}/{cls}/{cls}_{j:04d}.mp4"
     encode_video(render_clip(spec, reverse=reverse), Path(root) / rel, fps=params["fps"],
                  codec=params["codec"])
@@ -415,19 +420,20 @@ def _result(root: Path, classes: Sequence[str], meta: dict) -> dict:
 
 def make_demo_dataset(root: str | os.PathLike, *, seed: int = 0,
                       classes: Iterable[str] = DEFAULT_CLASSES, train_per_class: int = 200,
-                      val_per_class: int = 50, num_frames: int = 16, size: int = 64,
-                      speed: tuple[float, float] = (1.0, 2.0),
+                      val_per_class: int = 50, num_frames: int = 8, size: int = 64,
+                      speed: tuple[float, float] = (3.0, 5.0),
                       radius: tuple[float, float] = (4.0, 7.0),
-                      noise: tuple[float, float] = (0.01, 0.05), fps: int = 8,
+                      noise: tuple[float, float] = (0.01, 0.05), distractor_prob: float = 0.0,
+                      clutter: float = 0.5, fps: int = 8,
                       codec: str = "auto", workers: int = 1, overwrite: bool = False) -> dict:
     """Generate (or reuse) the motion-direction demo dataset under ``root``.
 
     Each class has ``train_per_class`` training and ``val_per_class`` validation clips (labels
     exactly balanced). Classes of the same pair in ``CLASS_PAIRS`` are each other's time
     reversal clip by clip (see the module docstring), so only the order of frames tells them
-    apart. With the defaults: 4 classes, 800 + 200 clips of 16 frames, 64 x 64 px, objects
-    moving 1-2 px/frame (2-4 px between the frames TSN sampling picks with 8 segments), ~36 MB
-    (the per-frame noise costs bits at CRF 18).
+    apart. With the defaults: 4 classes, 800 + 200 clips of 8 frames, 64 x 64 px, objects
+    moving 3-5 px/frame, half-strength background clutter, no distractor, ~20 MB (the per-frame
+    noise costs bits at CRF 18).
 
     Args:
         root: output folder (created). ``root/train.txt``, ``root/val.txt`` list clips as
@@ -440,6 +446,8 @@ def make_demo_dataset(root: str | os.PathLike, *, seed: int = 0,
         speed: (low, high) pixels per frame for moving objects.
         radius: (low, high) object size in pixels.
         noise: (low, high) per-frame Gaussian noise standard deviation, intensity units in [0, 1].
+        distractor_prob: probability of a static second shape in a clip (the same for all classes).
+        clutter: background structure in [0, 1] (0: flat random colour; see ``sample_clip``).
         fps: frames per second written to the container.
         codec: "auto" (libx264 if this PyAV has it, else mpeg4), "libx264" or "mpeg4".
         workers: processes rendering and encoding clips (the result does not depend on it).
@@ -469,6 +477,7 @@ def make_demo_dataset(root: str | os.PathLike, *, seed: int = 0,
         "train_per_class": int(train_per_class), "val_per_class": int(val_per_class),
         "num_frames": int(num_frames), "size": int(size), "speed": [float(s) for s in speed],
         "radius": [float(r) for r in radius], "noise": [float(n) for n in noise],
+        "distractor_prob": float(distractor_prob), "clutter": float(clutter),
         "fps": int(fps), "codec": available_codec(codec),
     }
     meta_path = root / "meta.json"
