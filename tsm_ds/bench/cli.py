@@ -34,7 +34,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "scale": ("tsm_ds.bench.scaling", "analytic scaling model: 6 -> 1,536 GPUs, TSM vs I3D, what-ifs"),
 }
 #: order and per-bench time limits (s) of ``all``: (quick, full)
-ALL_ORDER: tuple[str, ...] = ("scale", "comm", "data", "models")
+ALL_ORDER: tuple[str, ...] = ("comm", "data", "models", "scale")  # scale last: it reads the others' JSON
 TIME_LIMITS: dict[str, tuple[float, float]] = {
     "models": (400.0, 3600.0), "data": (240.0, 3600.0), "comm": (180.0, 1800.0), "scale": (60.0, 60.0)}
 DEFAULT_OUT = "bench_out"
