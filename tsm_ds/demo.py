@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--num-frames", type=int, default=8, help="frames per generated video")
     d.add_argument("--speed", type=float, nargs=2, default=(3.0, 5.0), metavar=("LOW", "HIGH"),
                    help="object speed range, pixels per frame")
+    d.add_argument("--radius", type=float, nargs=2, default=(8.0, 12.0), metavar=("LOW", "HIGH"),
+                   help="object size range (half side / radius), pixels")
     d.add_argument("--distractor-prob", type=float, default=0.0,
                    help="probability of a static second shape in a clip")
     d.add_argument("--clutter", type=float, default=0.5,
@@ -65,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--arch", default="resnet18")
     t.add_argument("--img-size", type=int, default=64, help="crop side fed to the network")
     t.add_argument("--num-segments", type=int, default=8, help="T, frames per clip")
+    t.add_argument("--shift-div", type=int, default=8,
+                   help="TSM shifts 1/shift_div of the channels each way (the paper's default 8)")
     t.add_argument("--epochs", type=int, default=6)
     t.add_argument("--batch-size", type=int, default=8, help="global batch (all ranks)")
     t.add_argument("--lr", type=float, default=1e-3, help="AdamW lr for the global batch")
@@ -112,7 +116,7 @@ def train_command(model: str, args: argparse.Namespace, data: dict, run_root: Pa
         "--train-list", data["train_list"], "--val-list", data["val_list"],
         "--classes", str(Path(data["root"]) / "classes.txt"), "--no-flip",
         "--arch", args.arch, "--num-segments", str(args.num_segments), "--img-size", str(args.img_size),
-        "--shift", MODELS[model], "--dropout", str(args.dropout),
+        "--shift", MODELS[model], "--shift-div", str(args.shift_div), "--dropout", str(args.dropout),
         "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
         "--micro-batch-size", str(args.batch_size // args.nproc), "--lr", str(args.lr),
         "--warmup-steps", str(args.warmup_steps), "--seed", str(args.seed),
@@ -202,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = make_demo_dataset(out / "data", seed=args.seed, classes=args.classes.split(","),
                                  train_per_class=args.train_per_class, val_per_class=args.val_per_class,
-                                 num_frames=args.num_frames, size=args.size, speed=tuple(args.speed),
+                                 num_frames=args.num_frames, size=args.size, speed=tuple(args.speed), radius=tuple(args.radius),
                                  distractor_prob=args.distractor_prob, clutter=args.clutter,
                                  workers=args.nproc,
                                  overwrite=args.overwrite)
