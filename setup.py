@@ -27,7 +27,9 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8"],
-        "bench": [],                      # matplotlib is already a core dependency
+        # other video decoders, compared side by side in `tsm-ds bench data` (torchcodec also needs
+        # FFmpeg shared libraries from the system: apt-get install libavcodec59 libavformat59 ...)
+        "bench": ["torchcodec", "decord"],
         "export": ["onnx", "onnxscript", "onnxruntime"],
     },
     entry_points={"console_scripts": ["tsm-ds=tsm_ds.cli:main"]},

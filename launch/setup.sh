@@ -10,7 +10,7 @@ fi
 if ! .venv/bin/python -c "import tsm_ds, deepspeed, av, torch" 2>/dev/null \
    || [ setup.py -nt .venv/.tsm_ds_installed ]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/pip install -q -e ".[test]"
+  .venv/bin/pip install -q -e ".[test,export]"   # export: onnx + onnxruntime, checked by the tests
   touch .venv/.tsm_ds_installed
 fi
 echo "tsm_ds installed in $(pwd)/.venv"
