@@ -44,7 +44,7 @@ def demo(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("eval_demo")
     d = make_demo_dataset(root / "data", classes=CLASSES, train_per_class=1, val_per_class=3,
-                          num_frames=16, size=64)
+                          num_frames=16, size=64, speed=(1.0, 2.0), radius=(6.0, 8.0))
     model = _random_model(len(CLASSES))
     export_model(root / "best_model.pt", model, class_names=list(d["classes"]))
     # 5 videos: odd, so that 2 ranks need DistributedSampler padding
