@@ -48,6 +48,16 @@ def test_bad_arguments_return_2(capsys):
     assert "not divisible" in capsys.readouterr().err
 
 
+def test_videos_no_longer_than_the_clip_are_refused(tmp_path, capsys):
+    """8-frame videos with 8 segments: validation clips would be frame 0 repeated (no motion)."""
+    assert demo.main(["--out", str(tmp_path / "d"), "--num-frames", "8", "--num-segments", "8",
+                      "--dry-run"]) == 2
+    assert "--num-frames 8 must exceed --num-segments 8" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()  # refused before generating anything
+    args = _args()
+    assert (args.num_frames, args.num_segments, tuple(args.speed)) == (16, 8, (1.5, 2.5))
+
+
 def test_results_table_reports_both_models_and_chance():
     rows = [{"model": "tsm", "shift": "bidirectional", "val_top1": 95.5, "best_val_top1": 96.0,
              "val_clips": 200, "steps": 200, "wall_s": 151.2},
@@ -66,7 +76,7 @@ def test_demo_end_to_end_through_the_launcher(tmp_path, capsys):
     accuracy (that needs minutes; see the README's demo section)."""
     out = tmp_path / "demo"
     code = demo.main(["--out", str(out), "--train-per-class", "2", "--val-per-class", "1",
-                      "--num-frames", "8", "--epochs", "1", "--batch-size", "8", "--warmup-steps", "1",
+                      "--num-frames", "10", "--epochs", "1", "--batch-size", "8", "--warmup-steps", "1",
                       "--num-workers", "0"])
     printed = capsys.readouterr().out
     assert code == 0, printed

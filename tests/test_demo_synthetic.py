@@ -182,3 +182,17 @@ def test_clutter_zero_is_a_flat_background_and_one_is_not():
     busy = render_clip(sample_clip("horizontal", np.random.default_rng(3), size=48, num_frames=4,
                                    radius=(3.0, 5.0), noise=(0.0, 0.0), clutter=1.0))
     assert len(np.unique(busy[0][far].reshape(-1, 3), axis=0)) > 100
+
+
+def test_default_videos_give_validation_clips_with_motion():
+    """The default videos have more frames than the demo's 8 segments, so validation clips take
+    8 distinct frames (official segment centres 1, 3, ..., 15), not frame 0 eight times."""
+    import inspect
+
+    from tsm_ds.data.sampling import clip_indices
+
+    n = inspect.signature(make_demo_dataset).parameters["num_frames"].default
+    rng = np.random.default_rng(0)
+    assert clip_indices(n, 8, mode="val", sampling="tsn", rng=rng).tolist() == [[1, 3, 5, 7, 9, 11, 13, 15]]
+    # what 8-frame videos gave: one still frame, no motion to classify
+    assert clip_indices(8, 8, mode="val", sampling="tsn", rng=rng).tolist() == [[0] * 8]

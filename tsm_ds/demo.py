@@ -13,9 +13,13 @@
 What it is built to show is the TSM paper's claim (Lin, Gan, Han, ICCV 2019, Sec. 3; Table 1,
 TSN vs TSM on Something-Something): a 2D CNN that shifts a quarter of its channels along time can
 model temporal order at no extra computation, while averaging per-frame scores (TSN) cannot tell
-a clip from its time reversal (chance within each left/right and up/down pair). Measured so far
-(README, demo section): trained from scratch with the default budget, TSM had not yet left
-chance either; the budget that separates them on this leak-free data is still to be found.
+a clip from its time reversal (chance within each left/right and up/down pair).
+
+The videos have 16 frames for 8-segment clips (``--num-frames`` must exceed ``--num-segments``):
+validation clips take the official TSN segment centres, which are frame 0 repeated T times when
+a video has no more frames than segments. With the former 8-frame videos every validation clip
+was a still image, so TSM (and TSN) scored exactly chance (25.0% top-1, 100% top-5) whatever the
+training did.
 
     tsm-ds demo                         # ~1,000 clips, resnet18, 64 px, 8 frames, 2 ranks
     tsm-ds demo --epochs 2 --out /tmp/demo --models tsm
@@ -54,9 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated names from tsm_ds.data.synthetic.ALL_CLASSES")
     d.add_argument("--train-per-class", type=int, default=200)
     d.add_argument("--val-per-class", type=int, default=50)
-    d.add_argument("--num-frames", type=int, default=8, help="frames per generated video")
-    d.add_argument("--speed", type=float, nargs=2, default=(3.0, 5.0), metavar=("LOW", "HIGH"),
-                   help="object speed range, pixels per frame")
+    d.add_argument("--num-frames", type=int, default=16,
+                   help="frames per generated video; must exceed --num-segments (validation "
+                        "samples segment centres, frame 0 only when there are too few frames)")
+    d.add_argument("--speed", type=float, nargs=2, default=(1.5, 2.5), metavar=("LOW", "HIGH"),
+                   help="object speed range, pixels per video frame (x2 between the frames of "
+                        "a 16-frame video that an 8-segment clip samples)")
     d.add_argument("--radius", type=float, nargs=2, default=(8.0, 12.0), metavar=("LOW", "HIGH"),
                    help="object size range (half side / radius), pixels")
     d.add_argument("--distractor-prob", type=float, default=0.0,
@@ -196,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.batch_size % args.nproc:
         print(f"tsm-ds demo: --batch-size {args.batch_size} is not divisible by --nproc {args.nproc}",
+              file=sys.stderr)
+        return 2
+    if args.num_frames <= args.num_segments:
+        print(f"tsm-ds demo: --num-frames {args.num_frames} must exceed --num-segments "
+              f"{args.num_segments}: validation clips of videos with no more frames than segments "
+              f"are frame 0 repeated (official TSN sampling), so they show no motion",
               file=sys.stderr)
         return 2
     if not Path(args.deepspeed_config).is_file():

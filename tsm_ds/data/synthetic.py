@@ -420,8 +420,8 @@ def _result(root: Path, classes: Sequence[str], meta: dict) -> dict:
 
 def make_demo_dataset(root: str | os.PathLike, *, seed: int = 0,
                       classes: Iterable[str] = DEFAULT_CLASSES, train_per_class: int = 200,
-                      val_per_class: int = 50, num_frames: int = 8, size: int = 64,
-                      speed: tuple[float, float] = (3.0, 5.0),
+                      val_per_class: int = 50, num_frames: int = 16, size: int = 64,
+                      speed: tuple[float, float] = (1.5, 2.5),
                       radius: tuple[float, float] = (8.0, 12.0),
                       noise: tuple[float, float] = (0.01, 0.05), distractor_prob: float = 0.0,
                       clutter: float = 0.5, fps: int = 8,
@@ -431,9 +431,16 @@ def make_demo_dataset(root: str | os.PathLike, *, seed: int = 0,
     Each class has ``train_per_class`` training and ``val_per_class`` validation clips (labels
     exactly balanced). Classes of the same pair in ``CLASS_PAIRS`` are each other's time
     reversal clip by clip (see the module docstring), so only the order of frames tells them
-    apart. With the defaults: 4 classes, 800 + 200 clips of 8 frames, 64 x 64 px, objects
-    objects 16-24 px across moving 3-5 px/frame, half-strength background clutter, no
-    distractor, ~20 MB (the per-frame noise costs bits at CRF 18).
+    apart. With the defaults: 4 classes, 800 + 200 clips of 16 frames, 64 x 64 px, objects
+    16-24 px across moving 1.5-2.5 px/frame (3-5 px between the frames an 8-segment clip
+    samples), half-strength background clutter, no distractor.
+
+    Why 16 frames for 8-segment clips: validation clips take the official TSN segment centres
+    (``tsm_ds.data.sampling.clip_indices``, official ``_get_val_indices``), which fall back to
+    frame 0 repeated T times when a video has ``num_frames <= num_segments``. With 8-frame
+    videos and 8 segments every validation clip was one still frame (no motion), so any model
+    scored exactly chance on this dataset. Keep ``num_frames > num_segments`` (2x is clean:
+    validation then takes frames 1, 3, ..., 15).
 
     Args:
         root: output folder (created). ``root/train.txt``, ``root/val.txt`` list clips as
@@ -441,7 +448,8 @@ def make_demo_dataset(root: str | os.PathLike, *, seed: int = 0,
         seed: the clips are a pure function of (seed, parameters); same seed, same decoded bytes.
         classes: class names from ``ALL_CLASSES``, in label order (label = position).
         train_per_class, val_per_class: clips per class in each split (>= 1).
-        num_frames: frames per video (>= 2).
+        num_frames: frames per video (>= 2); must exceed the clips' num_segments for
+            validation sampling to see motion (see above).
         size: frame height = width in pixels (even, >= 24).
         speed: (low, high) pixels per frame for moving objects.
         radius: (low, high) object size in pixels.
