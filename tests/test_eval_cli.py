@@ -189,3 +189,17 @@ def test_official_checkpoint_on_kinetics_clips(shared_data, tmp_path):
     np.testing.assert_allclose(scores["scores"], ref, atol=1e-4, rtol=1e-5)
     names = labels.read_text().splitlines()
     assert [r["pred_name"] for r in rows] == [names[i] for i in ref.argmax(1)]
+
+
+def test_trained_image_size_travels_with_the_checkpoint(tmp_path):
+    """The tools run a model at the size it was trained at unless --img-size says otherwise."""
+    from tsm_ds.engine.eval_cli import load_for_inference, resolve_img_size
+
+    model = _random_model(3)
+    export_model(tmp_path / "m112.pt", model, class_names=["a", "b", "c"], extra={"img_size": 112})
+    export_model(tmp_path / "old.pt", model, class_names=["a", "b", "c"])  # file without the key
+    loaded = load_for_inference(tmp_path / "m112.pt")
+    assert loaded.img_size == 112
+    assert resolve_img_size(None, loaded) == 112
+    assert resolve_img_size(64, loaded) == 64
+    assert resolve_img_size(None, load_for_inference(tmp_path / "old.pt")) == 224

@@ -154,3 +154,16 @@ def test_resume_with_another_world_size_is_refused(tmp_path):
     meta.write_text(json.dumps({"step": 5, "world_size": 2}))  # as if written by 2 ranks
     with pytest.raises(RuntimeError, match=r"written by 2 ranks, this run has 1: .*--tune-from"):
         CheckpointManager(tmp_path).load(engine=None, tag="step00000005")
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_bad_data_dir_is_a_message_not_a_traceback(make, tmp_path, capsys, caplog):
+    """--data pointing at nothing usable ends with exit status 2 and a line naming the folder."""
+    data = tmp_path / "videos"
+    if make == "empty":
+        data.mkdir()
+    status = train.main(["--data", str(data), "--output-dir", str(tmp_path / "runs"),
+                         "--deepspeed_config", str(train.REPO / "ds_configs" / "cpu_fp32.json")])
+    assert status == 2
+    out = capsys.readouterr().out + caplog.text  # logging goes to pytest's handler here
+    assert "data: " in out and str(data) in out and "Traceback" not in out

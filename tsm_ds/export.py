@@ -358,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="export the online model's single step with explicit shift caches")
     p.add_argument("--num-segments", type=int, default=None,
                    help="T of the exported clip (default: the checkpoint's)")
-    p.add_argument("--img-size", type=int, default=224, help="input height = width, pixels (default 224)")
+    p.add_argument("--img-size", type=int, default=None, help="input height = width, pixels (default: the size the checkpoint was trained at, else 224)")
     p.add_argument("--batch-size", type=int, default=2,
                    help="example batch size (default 2; the exported batch dim is dynamic unless --static-batch)")
     p.add_argument("--static-batch", action="store_true", help="fix the batch size instead of a dynamic dim")
@@ -386,6 +386,9 @@ def main(argv: list[str]) -> int:
         print(f"tsm-ds export: {e}", file=sys.stderr)
         return 2
     model = loaded.model
+    from tsm_ds.engine.eval_cli import resolve_img_size
+
+    args.img_size = resolve_img_size(args.img_size, loaded)
     num_segments = args.num_segments or int(loaded.config.get("num_segments", 8))
     meta = {"checkpoint": str(args.checkpoint), "class_names": loaded.class_names,
             "model_config": loaded.config}

@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the checkpoint's class names")
     p.add_argument("--top-k", type=int, default=5, help="classes shown per video (default 5)")
     p.add_argument("--num-segments", type=int, default=None, help="T (default: the checkpoint's)")
-    p.add_argument("--img-size", type=int, default=224, help="crop size, pixels (default 224)")
+    p.add_argument("--img-size", type=int, default=None, help="crop size, pixels (default: the size the checkpoint was trained at, else 224)")
     p.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
                    help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
     p.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 10],
@@ -236,6 +236,9 @@ def main(argv: list[str]) -> int:
     for note in loaded.notes:
         print(f"note: {note}", file=sys.stderr)
     model, names = loaded.model, loaded.class_names
+    from tsm_ds.engine.eval_cli import resolve_img_size
+
+    args.img_size = resolve_img_size(args.img_size, loaded)
     num_segments = int(loaded.config.get("num_segments", 8))
     if args.online and loaded.config.get("shift") != "online":
         print(f"tsm-ds predict: --online needs a checkpoint trained with shift='online'; "

@@ -221,7 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     torch.manual_seed(args.seed)
-    train_set, val_set, class_names, desc = build_datasets(args, log)
+    try:  # a bad --data / list / label file is the user's to fix: a message, not a traceback
+        train_set, val_set, class_names, desc = build_datasets(args, log)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+        log.error("data: %s", e)
+        return 2
     log.info("data: %s; %d train clips, %d val clips, %d classes", desc, len(train_set),
              len(val_set) if val_set is not None else 0, len(class_names))
     from tsm_ds.models import build_model
@@ -231,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
                         partial_bn=args.partial_bn, pretrained=args.pretrained)
     if args.tune_from:
         from tsm_ds.engine.checkpoint import load_finetune_weights
-        rep = load_finetune_weights(model, args.tune_from)
+        try:
+            rep = load_finetune_weights(model, args.tune_from)
+        except (FileNotFoundError, ValueError, RuntimeError) as e:
+            log.error("--tune-from %s: %s", args.tune_from, e)
+            return 2
         log.info("--tune-from %s (%s): %d tensors loaded, replaced (shape differs): %s", args.tune_from,
                  rep["source"], rep["loaded"], rep["skipped"] or "none")
     run_name = args.run_name or f"{args.arch}_T{args.num_segments}_{Path(cfg_path).stem}"

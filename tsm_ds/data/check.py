@@ -122,9 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=None, help="root for relative paths in the list (default: the list's folder)")
     ap.add_argument("--full", action="store_true", help="decode every frame (slower; counts decodable frames)")
     ap.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
-    ap.add_argument("--out", default=None, help="report prefix (default: <source>.check)")
+    ap.add_argument("--out", default=None,
+                    help="report prefix (default: ./<source name>.check in the current directory; "
+                         "datasets are often read-only)")
     args = ap.parse_args(argv)
 
+    if not Path(args.source).exists():
+        print(f"tsm-ds check-videos: {args.source}: no such list file or folder", file=sys.stderr)
+        return 2
     records = load_records(args.source, args.root)
     jobs = [(r.path, r.num_frames, args.full) for r in records]
     if args.workers > 1 and len(jobs) > 1:
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [check_file(*j) for j in tqdm(jobs, desc="check-videos", unit="file")]
     for r, rec in zip(rows, records):
         r["label"] = rec.label
-    prefix = Path(args.out) if args.out else Path(str(args.source).rstrip("/") + ".check")
+    prefix = Path(args.out) if args.out else Path(Path(str(args.source).rstrip("/")).name + ".check")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "unreadable")}
     _atomic_write(prefix.with_name(prefix.name + ".json"),

@@ -83,6 +83,7 @@ class VideoClipDataset(Dataset):
         self.dense_window = dense_window
         self.max_replacements = max_replacements
         self.thread_count = thread_count
+        self.img_size = int(img_size)  # recorded with checkpoints so that the tools use the trained size
         self.transform = ClipTransform(mode, img_size, flip=flip, num_crops=num_crops,
                                        train_short_side=train_short_side, scale_size=scale_size)
         if decode_short_side == "auto":

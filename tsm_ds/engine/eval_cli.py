@@ -51,6 +51,8 @@ class LoadedModel:
         source: ``"state_dict"`` (our exported file), ``"deepspeed"`` (run directory) or ``"official"``.
         path: the checkpoint path given.
         notes: warnings worth printing (e.g. generic class names).
+        img_size: crop side (pixels) the model was trained at, when the checkpoint records it
+            (our exports and DeepSpeed run directories do; official files do not: None).
     """
 
     model: torch.nn.Module
@@ -59,6 +61,7 @@ class LoadedModel:
     source: str
     path: str
     notes: list[str] = field(default_factory=list)
+    img_size: int | None = None
 
 
 def _resolve_class_names(names: Sequence[str] | None, labels: str | None, num_classes: int,
@@ -165,10 +168,12 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
     """
     p = Path(path)
     notes: list[str] = []
+    img_size = None
     if p.is_dir():
         ckdir, states = _deepspeed_model_states(p)
         config = states.get("model_config") or (states.get("client_state") or {}).get("model_config")
         names = states.get("class_names") or (states.get("client_state") or {}).get("class_names")
+        img_size = states.get("img_size") or (states.get("client_state") or {}).get("img_size")
         if not config:
             raise ValueError(f"DeepSpeed checkpoint {ckdir} has no 'model_config' in its client state; "
                              "use the run's exported best-model file instead")
@@ -192,6 +197,7 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
                              f"checkpoint), found {type(payload).__name__} with keys "
                              f"{sorted(payload)[:8] if isinstance(payload, dict) else '-'}")
         names = payload.get("class_names")
+        img_size = payload.get("img_size")
         if "model_config" in payload:
             model = _build(dict(payload["model_config"]), overrides)
             _load_state(model, payload["state_dict"], p)
@@ -211,7 +217,15 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
     class_names = _resolve_class_names(names, labels, num_classes, notes)
     model = model.float().eval()
     return LoadedModel(model=model, class_names=class_names, config=config, source=source,
-                       path=str(path), notes=notes)
+                       path=str(path), notes=notes, img_size=int(img_size) if img_size else None)
+
+
+def resolve_img_size(requested: int | None, loaded: LoadedModel) -> int:
+    """The crop side to run a model at: ``--img-size`` when given, else the size the checkpoint was
+    trained at (recorded by the trainer), else 224 (the official test size)."""
+    if requested:
+        return int(requested)
+    return int(loaded.img_size or 224)
 
 
 def _num_outputs(model: torch.nn.Module) -> int:
@@ -368,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--sampling", choices=["tsn", "dense"], default=None,
                    help="override the protocol's sampling (default: dense for 10 clips, else tsn)")
     v.add_argument("--num-segments", type=int, default=None, help="T (default: the checkpoint's)")
-    v.add_argument("--img-size", type=int, default=224, help="crop size, pixels (default 224)")
+    v.add_argument("--img-size", type=int, default=None, help="crop size, pixels (default: the size the checkpoint was trained at, else 224)")
     v.add_argument("--average", choices=["logits", "prob"], default="logits",
                    help="average views as logits (default, as the official test code) or probabilities")
     r = p.add_argument_group("run")
@@ -403,6 +417,7 @@ def evaluate(args: argparse.Namespace) -> dict | None:
     if torch.cuda.is_available():
         loaded.model.cuda()
     num_segments = int(loaded.config.get("num_segments", args.num_segments or 8))
+    args.img_size = resolve_img_size(args.img_size, loaded)
     records, ds_names = load_records(args)
     mapping = map_labels(ds_names, loaded.class_names)
     dataset = VideoClipDataset(records, num_segments=num_segments, img_size=args.img_size,

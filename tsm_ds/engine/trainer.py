@@ -242,7 +242,14 @@ class Trainer:
         return {"epoch": epoch, "micro_in_epoch": micro_in_epoch, "step": self.global_step,
                 "best_top1": self.best_top1, "best_tag": self.best_tag, "class_names": list(self.s.class_names),
                 "model_config": getattr(self.model, "config", None), "history": self.history,
-                "bad_videos": self._bad_videos}
+                "bad_videos": self._bad_videos, "img_size": self._img_size()}
+
+    def _img_size(self) -> int | None:
+        """Crop side (pixels) the model was trained at, from the datasets; None when unknown."""
+        for ds in (self.val_set, self.train_set):
+            if getattr(ds, "img_size", None):
+                return int(ds.img_size)
+        return None
 
     def _rank_state(self, epoch: int, micro_in_epoch: int) -> dict:
         st = {"rng": rng_state(), "epoch": epoch, "micro_in_epoch": micro_in_epoch,
@@ -413,7 +420,8 @@ class Trainer:
                     self.best_tag = tag_for_step(self.global_step)
                     if self.rank == 0:
                         export_model(s.run_dir / "best_model.pt", eng.module, class_names=s.class_names,
-                                     extra={"epoch": epoch, "step": self.global_step, "val_top1": val["top1"]})
+                                     extra={"epoch": epoch, "step": self.global_step, "val_top1": val["top1"],
+                                            "img_size": self._img_size()})
             self.writer.flush()
             self.save(epoch + 1 if done else epoch, 0 if done else micro_i)
         if not val and self.global_step == start_step:
@@ -425,7 +433,7 @@ class Trainer:
             self.save(epoch, micro_i)
         if self.rank == 0:
             export_model(s.run_dir / "last_model.pt", eng.module, class_names=s.class_names,
-                         extra={"step": self.global_step})
+                         extra={"step": self.global_step, "img_size": self._img_size()})
         bar.close()
         self.writer.close()
         return {"step": self.global_step, "epoch": epoch, "val": val, "best_top1": self.best_top1,
