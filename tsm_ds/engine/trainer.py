@@ -149,10 +149,24 @@ class Trainer:
         self.device = torch.device(acc.device_name(), acc.current_device()) if self.device_name != "cpu" \
             else torch.device("cpu")
 
+    def _precheck(self):
+        """Resolve and validate the engine JSON before DeepSpeed starts its communication backend
+        (which may JIT-compile ops for minutes), so that a recipe that cannot work on this device
+        stops at once. The world size comes from the launcher's WORLD_SIZE. Raises ConfigError."""
+        from deepspeed.accelerator import get_accelerator
+        world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+        probe = [g for g in self.param_groups(self.model, 0.0) if len(list(g["params"]))]
+        ds_cfg, tsm, _, _ = cfgmod.resolve_config(
+            self.raw, world_size=world, train_samples=len(self.train_set), epochs=self.s.epochs,
+            max_steps=self.s.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe], flags=self.s.flags)
+        cfgmod.validate_config(ds_cfg, tsm, device=get_accelerator().device_name(),
+                               has_batchnorm=_has_batchnorm(self.model))
+
     def setup(self):
         """Resolve and validate the engine JSON, build the engine, loaders, checkpoints, writer."""
         import deepspeed
         from deepspeed.runtime.base_optimizer import ZeROOptimizer
+        self._precheck()
         self._init_distributed()
         s = self.s
         s.run_dir = Path(s.run_dir)
