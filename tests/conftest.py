@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("TSM_DS_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -27,3 +28,13 @@ def shared_data() -> Path:
         pytest.skip(f"real clips not found at {SHARED_DATA} (set TSM_DS_SHARED_DATA); "
                     "they ship with the project's CI, not with the repository")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a test module of small tensors: fastest, and immune to a loaded
+    shared CPU. Restores the previous thread count afterwards."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -7,13 +7,7 @@ from tsm_ds.models import (ShiftConv2d, TemporalPool, TemporalShift, build_model
                            parameter_groups)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is fastest and immune to a loaded shared CPU."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(autouse=True)

@@ -7,13 +7,7 @@ import tsm_ds.models.shift as shift_mod
 from tsm_ds.models.shift import ShiftConv2d, _moves, _ShiftConv2dFn
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is fastest and immune to a loaded shared CPU."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _clip(n=2, t=4, c=8, h=2, w=3, dtype=torch.float32):

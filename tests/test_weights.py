@@ -11,13 +11,7 @@ from tsm_ds.models import build_model, load_official_checkpoint, parse_official_
 from tsm_ds.models.weights import CheckpointError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is fastest and immune to a loaded shared CPU."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---- the official module layout (temporal-shift-module: ops/temporal_shift.py, ops/models.py,
