@@ -268,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                    "best_val_top1": result["best_top1"], "last_clips_per_s": m.get("perf/clips_per_s")}
         print("RESULT " + json.dumps(summary), flush=True)
         if val:
-            print(f"val top-1 {val['top1']:.1f}% on {val['count']} validation clips "
-                  f"(few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)", flush=True)
+            few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"
+                   if val["count"] < 50 else "")
+            print(f"val top-1 {val['top1']:.1f}% on {val['count']} validation clips{few}", flush=True)
     return 0
 
 
