@@ -21,10 +21,11 @@ Two implementations of one definition
   activation is ever allocated or saved. Gradients equal the reference (see tests/test_shift.py:
   gradcheck in float64 and comparison with the out-of-place path).
 
-  Why this matters (``tsm-ds bench models``; ResNet-50 training step, batch 1 x 8 frames, CPU
-  time, 1 thread, 11 interleaved repetitions on the shared 2-core machine): TSM/TSN step-time
-  ratio 1.010 at 224 px and 1.023 at 112 px with this path, against 1.088 / 1.062 with the
-  official out-of-place shift (30-90 % had been seen with 2 threads under load). Alternatives
+  Why this matters (``tsm-ds bench models``; ResNet-50 training step, batch 1 x 8 frames,
+  1 thread, 7 interleaved repetitions on the quiet 2-core machine): TSM/TSN step-time ratio
+  1.023 at 224 px and 1.049 at 112 px with this path, against 1.087 / 1.097 with the official
+  out-of-place shift (30-90 % had been seen with 2 threads under load). The 3 % goal is not yet
+  met at 112 px (earlier runs on a loaded machine, 1.010 / 1.023, were too noisy). Alternatives
   measured: ``torch.cat`` reference ~ +9 % per layer1 block; ``torch.compile`` (inductor, CPU)
   compiled a bottleneck block in 164 s and ran it 1.8x slower than eager here (compiled TSM/TSN
   block ratio 1.035), so it is not used on CPU.
