@@ -376,19 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``tsm-ds export``: returns 0 when every written file matched PyTorch within tolerance, else 1."""
     args = build_parser().parse_args(argv)
-    from tsm_ds.engine.eval_cli import checkpoint_overrides, load_for_inference
+    from tsm_ds.engine.eval_cli import load_from_args
 
-    from tsm_ds.models.weights import CheckpointError
-
-    try:
-        loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
-    except (FileNotFoundError, ValueError, CheckpointError) as e:
-        print(f"tsm-ds export: {e}", file=sys.stderr)
+    loaded = load_from_args(args, "tsm-ds export")
+    if loaded is None:
         return 2
     model = loaded.model
-    from tsm_ds.engine.eval_cli import resolve_img_size
-
-    args.img_size = resolve_img_size(args.img_size, loaded)
     num_segments = args.num_segments or int(loaded.config.get("num_segments", 8))
     meta = {"checkpoint": str(args.checkpoint), "class_names": loaded.class_names,
             "model_config": loaded.config}

@@ -224,21 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``tsm-ds predict``; exit status 0, 1 when some video could not be read, 2 on a bad checkpoint."""
     args = build_parser().parse_args(argv)
-    from tsm_ds.engine.eval_cli import checkpoint_overrides, load_for_inference
+    from tsm_ds.engine.eval_cli import load_from_args
 
-    from tsm_ds.models.weights import CheckpointError
-
-    try:
-        loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
-    except (FileNotFoundError, ValueError, CheckpointError) as e:
-        print(f"tsm-ds predict: {e}", file=sys.stderr)
+    loaded = load_from_args(args, "tsm-ds predict")
+    if loaded is None:
         return 2
     for note in loaded.notes:
         print(f"note: {note}", file=sys.stderr)
     model, names = loaded.model, loaded.class_names
-    from tsm_ds.engine.eval_cli import resolve_img_size
-
-    args.img_size = resolve_img_size(args.img_size, loaded)
     num_segments = int(loaded.config.get("num_segments", 8))
     if args.online and loaded.config.get("shift") != "online":
         print(f"tsm-ds predict: --online needs a checkpoint trained with shift='online'; "

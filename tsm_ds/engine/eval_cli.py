@@ -220,6 +220,24 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
                        path=str(path), notes=notes, img_size=int(img_size) if img_size else None)
 
 
+def load_from_args(args: argparse.Namespace, prog: str) -> LoadedModel | None:
+    """Load ``--checkpoint`` for a command-line tool (predict, export).
+
+    Applies ``--labels`` and the build overrides, and sets ``args.img_size`` to the size to run at
+    (:func:`resolve_img_size`). Returns None after printing ``"{prog}: <reason>"`` to stderr for a
+    missing, unreadable or mismatched checkpoint.
+    """
+    from tsm_ds.models.weights import CheckpointError
+
+    try:
+        loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
+    except (FileNotFoundError, ValueError, CheckpointError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+    args.img_size = resolve_img_size(args.img_size, loaded)
+    return loaded
+
+
 def resolve_img_size(requested: int | None, loaded: LoadedModel) -> int:
     """The crop side to run a model at: ``--img-size`` when given, else the size the checkpoint was
     trained at (recorded by the trainer), else 224 (the official test size)."""
