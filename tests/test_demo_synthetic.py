@@ -196,3 +196,27 @@ def test_default_videos_give_validation_clips_with_motion():
     assert clip_indices(n, 8, mode="val", sampling="tsn", rng=rng).tolist() == [[1, 3, 5, 7, 9, 11, 13, 15]]
     # what 8-frame videos gave: one still frame, no motion to classify
     assert clip_indices(8, 8, mode="val", sampling="tsn", rng=rng).tolist() == [[0] * 8]
+
+
+def test_object_differs_from_background_in_brightness_by_the_contrast():
+    """Every clip's object (and distractor) is >= contrast brighter or darker than the mean of the
+    background's colours, both polarities occur, and colours carry a tint (not only grey)."""
+    signs, tinted = [], 0
+    for j in range(200):
+        rng = np.random.default_rng((7, j))
+        spec = sample_clip("horizontal", rng, size=48, num_frames=8, speed=(1.0, 2.0),
+                           radius=(3.0, 5.0), distractor_prob=0.5, contrast=0.4, tint=0.25)
+        bg = spec["background"]
+        luma = float(np.mean((np.asarray(bg["c0"]) + np.asarray(bg["c1"])) / 2))
+        colours = [spec["colour"]] + ([spec["distractor"]["colour"]] if spec["distractor"] else [])
+        for colour in colours:
+            diff = float(np.mean(colour)) - luma
+            assert abs(diff) >= 0.4 - 1e-12, (j, colour, luma)
+            signs.append(diff > 0)
+            tinted += float(np.ptp(colour)) > 0.05
+    assert 0.2 < np.mean(signs) < 0.8
+    assert tinted > len(signs) // 2
+    with pytest.raises(ValueError, match="contrast"):
+        sample_clip("horizontal", np.random.default_rng(0), contrast=0.5)
+    with pytest.raises(ValueError, match="tint"):
+        sample_clip("horizontal", np.random.default_rng(0), tint=-0.1)
