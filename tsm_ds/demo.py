@@ -21,6 +21,9 @@ a video has no more frames than segments. With the former 8-frame videos every v
 was a still image, so TSM (and TSN) scored exactly chance (25.0% top-1, 100% top-5) whatever the
 training did.
 
+Measured with the defaults on a 2-core CPU (13 min 17 s in all): TSM 100.0 % validation top-1
+(94.0 % after 200 of its 600 steps), TSN 30.5 % (chance 25 %), 390 s and 394 s of training.
+
     tsm-ds demo                         # ~1,000 clips, resnet18, 64 px, 8 frames, 2 ranks
     tsm-ds demo --epochs 2 --out /tmp/demo --models tsm
 """
