@@ -179,13 +179,21 @@ _PER_FRAME_MIN_ELEMENTS = 64 * 1024
 @torch.no_grad()
 def _shift_inplace(x5: torch.Tensor, moves, *, save: bool) -> list:
     """Apply the shift to ``x5`` (N, T, C, H, W) in place; return what :func:`_unshift_inplace`
-    needs to undo it (per move: ("frame", the overwritten boundary frame) or ("all", a copy of
-    the moved range)); with ``save=False`` nothing is kept (used on gradients)."""
+    needs to undo it; with ``save=False`` nothing is kept (used on gradients).
+
+    Large frames: per move, frame-by-frame copies in the order that never reads an overwritten
+    frame; only the overwritten boundary frame is saved (("frame", data) per move). Small
+    frames: one copy of the whole moved channel range [lo, hi) (both moves at once, they are
+    adjacent), the moves read from it, and undoing is one copy back ([("region", data)]).
+    """
+    if not moves:
+        return []
     n, t = x5.shape[:2]
+    lo, hi = moves[0][0], moves[-1][1]
     saved = []
-    for start, stop, off in moves:
-        s = x5[:, :, start:stop]
-        if s[:, 0].numel() >= _PER_FRAME_MIN_ELEMENTS:
+    if x5[:, 0, moves[0][0]:moves[0][1]].numel() >= _PER_FRAME_MIN_ELEMENTS:
+        for start, stop, off in moves:
+            s = x5[:, :, start:stop]
             if off > 0:      # s[t] <- s[t+1]; frame 0 is lost, the last frame becomes zero
                 if save:
                     saved.append(("frame", s[:, 0].clone()))
@@ -198,28 +206,32 @@ def _shift_inplace(x5: torch.Tensor, moves, *, save: bool) -> list:
                 for i in range(t - 1, 0, -1):
                     s[:, i].copy_(s[:, i - 1])
                 s[:, 0].zero_()
+        return saved
+    region = x5[:, :, lo:hi]
+    src = region.clone()
+    for start, stop, off in moves:
+        a, b = start - lo, stop - lo
+        if off > 0:
+            region[:, :-1, a:b].copy_(src[:, 1:, a:b])
+            region[:, -1, a:b].zero_()
         else:
-            src = s.clone()
-            if off > 0:
-                s[:, :-1].copy_(src[:, 1:])
-                s[:, -1].zero_()
-            else:
-                s[:, 1:].copy_(src[:, :-1])
-                s[:, 0].zero_()
-            if save:
-                saved.append(("all", src))
-    return saved
+            region[:, 1:, a:b].copy_(src[:, :-1, a:b])
+            region[:, 0, a:b].zero_()
+    return [("region", src)] if save else []
 
 
 @torch.no_grad()
 def _unshift_inplace(x5: torch.Tensor, moves, saved: list) -> None:
     """Undo :func:`_shift_inplace` exactly (copies only, so the restored values are bit-identical)."""
+    if not saved:
+        return
+    if saved[0][0] == "region":
+        x5[:, :, moves[0][0]:moves[-1][1]].copy_(saved[0][1])
+        return
     t = x5.shape[1]
-    for (start, stop, off), (kind, data) in zip(moves, saved):
+    for (start, stop, off), (_, data) in zip(moves, saved):
         s = x5[:, :, start:stop]
-        if kind == "all":
-            s.copy_(data)
-        elif off > 0:
+        if off > 0:
             for i in range(t - 1, 0, -1):
                 s[:, i].copy_(s[:, i - 1])
             s[:, 0].copy_(data)
