@@ -21,12 +21,16 @@ Two implementations of one definition
   activation is ever allocated or saved. Gradients equal the reference (see tests/test_shift.py:
   gradcheck in float64 and comparison with the out-of-place path).
 
-  Why this matters (``tsm-ds bench models``; ResNet-50 training step, batch 1 x 8 frames,
-  1 thread, 7 interleaved repetitions on the quiet 2-core machine): TSM/TSN step-time ratio
-  1.023 at 224 px and 1.049 at 112 px with this path, against 1.087 / 1.097 with the official
-  out-of-place shift (30-90 % had been seen with 2 threads under load). The 3 % goal is not yet
-  met at 112 px (earlier runs on a loaded machine, 1.010 / 1.023, were too noisy). Alternatives
-  measured: ``torch.cat`` reference ~ +9 % per layer1 block; ``torch.compile`` (inductor, CPU)
+  Why this matters (``python -m tsm_ds.bench.models --skip zoo,op --shift-sizes 112,224 --batch 1
+  --threads 1``; ResNet-50 training step, batch 1 x 8 frames, 1 thread, interleaved repetitions
+  on the quiet 2-core machine): TSM/TSN step-time ratio at 112 px 1.013 / 1.023 / 1.028 / 1.038
+  in four runs of 11-21 reps (median 1.026), 1.020 at 224 px; the official out-of-place shift
+  1.054-1.085 / 1.089 in the same runs. Run-to-run scatter (+-1.5 %) is larger than the shift's
+  own cost: timed per convolution (forward + backward, the 16 shifted convs of ResNet-50 at
+  112 px), the in-place shift adds 9.1 ms to a ~750 ms step (1.2 %); before the moved channel
+  groups shared one copy (see :func:`_shift_inplace`) it added 15.5 ms. A compiled (C++ memcpy)
+  version of the same moves added 7.6 ms: not worth a compiler dependency, not kept. Other
+  alternatives measured: ``torch.cat`` reference ~ +9 % per layer1 block; ``torch.compile`` (inductor, CPU)
   compiled a bottleneck block in 164 s and ran it 1.8x slower than eager here (compiled TSM/TSN
   block ratio 1.035), so it is not used on CPU.
 
