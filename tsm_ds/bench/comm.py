@@ -152,6 +152,8 @@ def _worker(args, methods: list[str]) -> None:
 
     cuda = torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    from tsm_ds.engine.trainer import release_cpu_shm_at_exit
+    release_cpu_shm_at_exit()
     rank, world = dist.get_rank(), dist.get_world_size()
     model, layout = _model(args)
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,

@@ -367,6 +367,8 @@ def init_distributed_from_env() -> tuple[int, int]:
         import deepspeed
 
         deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+        from tsm_ds.engine.trainer import release_cpu_shm_at_exit
+        release_cpu_shm_at_exit()
     return dist.get_rank(), dist.get_world_size()
 
 
