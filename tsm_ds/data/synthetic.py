@@ -128,10 +128,8 @@ def _object_colour(rng: np.random.Generator, against: np.ndarray, contrast: floa
     difference >= 0.3 with a uniformly random background colour) stayed at 25 % after 300.
     """
     luma = float(np.mean(against))
+    # room on the two sides: lo + (1 - hi) >= 1 - 2 * contrast > 0 (contrast < 0.5 is checked)
     lo, hi = max(0.0, luma - contrast), min(1.0, luma + contrast)
-    if lo + (1.0 - hi) <= 0:
-        raise ValueError(f"contrast {contrast} leaves no room for an object colour around "
-                         f"brightness {luma:.2f}; use contrast <= 0.5")
     target = rng.uniform(0.0, lo) if rng.uniform(0.0, lo + 1.0 - hi) < lo else rng.uniform(hi, 1.0)
     colour = _tinted(rng, target, tint)
     # clipping a tint can pull the brightness back towards the background: keep the contrast
