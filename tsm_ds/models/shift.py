@@ -192,10 +192,10 @@ def _shift_inplace(x5: torch.Tensor, moves, *, save: bool) -> list:
     """
     if not moves:
         return []
-    n, t = x5.shape[:2]
+    t = x5.shape[1]
     lo, hi = moves[0][0], moves[-1][1]
     saved = []
-    if x5[:, 0, moves[0][0]:moves[0][1]].numel() >= _PER_FRAME_MIN_ELEMENTS:
+    if x5[:, 0, lo:moves[0][1]].numel() >= _PER_FRAME_MIN_ELEMENTS:
         for start, stop, off in moves:
             s = x5[:, :, start:stop]
             if off > 0:      # s[t] <- s[t+1]; frame 0 is lost, the last frame becomes zero
