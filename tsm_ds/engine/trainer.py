@@ -102,6 +102,9 @@ def _has_batchnorm(model) -> bool:
     return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
+_SHM_REGISTERED: set[Path] = set()
+
+
 def release_cpu_shm_at_exit() -> Path | None:
     """Unlink this rank's DeepSpeed CPU all-reduce buffer in /dev/shm when the process exits.
 
@@ -112,12 +115,13 @@ def release_cpu_shm_at_exit() -> Path | None:
     kernel killed the test suite. Once every rank has mapped its peers' buffers (at init), the
     name is no longer needed, so each rank removes its own at exit (a SIGKILLed rank cannot).
 
-    Returns the path registered for removal, or None (no DeepSpeed CPU shm buffer: GPU, one rank
-    or ranks on several hosts). Call after ``deepspeed.init_distributed``.
+    Returns the path registered for removal (it may not exist: ranks on several hosts make none),
+    or None (no process group, or not DeepSpeed's CPU accelerator). A world of one makes a buffer
+    too when ``LOCAL_SIZE`` is 1. Call after ``deepspeed.init_distributed``.
     """
     import atexit
 
-    if not dist.is_initialized() or dist.get_world_size() < 2:
+    if not dist.is_initialized():
         return None
     from deepspeed.accelerator import get_accelerator
     if get_accelerator().device_name() != "cpu":
@@ -125,7 +129,9 @@ def release_cpu_shm_at_exit() -> Path | None:
     path = Path("/dev/shm") / (f"deepspeed_allreduce_buffer_{os.getuid()}_"
                                f"{os.environ.get('MASTER_ADDR', '')}_{os.environ.get('MASTER_PORT', '')}_"
                                f"{dist.get_rank()}")
-    atexit.register(lambda: path.unlink(missing_ok=True))
+    if path not in _SHM_REGISTERED:
+        _SHM_REGISTERED.add(path)
+        atexit.register(path.unlink, missing_ok=True)
     return path
 
 
@@ -171,7 +177,7 @@ class Trainer:
                 os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
                 os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
             deepspeed.init_distributed(dist_backend=acc.communication_backend_name())
-            release_cpu_shm_at_exit()
+        release_cpu_shm_at_exit()   # also when torch.distributed was initialised by the caller
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device_name = acc.device_name()
         self.device = torch.device(acc.device_name(), acc.current_device()) if self.device_name != "cpu" \
