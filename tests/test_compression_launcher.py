@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,13 @@ def test_onebit_sgd_through_launcher_matches_fp32_and_resumes(tmp_path):
     cmd = [os.path.join(bindir, "deepspeed"), "--num_gpus", "2", "--master_port", str(_free_port()),
            __file__, "--out", str(tmp_path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
+        # seen in 2 of ~8 suite runs (session 2): a rank aborts ~6 s in, inside DeepSpeed's CPU comm
+        # start-up (before any of this test's output); one fresh attempt on a new port, said aloud
+        warnings.warn("a rank aborted at start-up (std::terminate); retrying the launch once:\n"
+                      + proc.stderr[-1500:])
+        cmd[cmd.index("--master_port") + 1] = str(_free_port())
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in res:
