@@ -315,7 +315,7 @@ def render_clip(spec: dict, *, reverse: bool = False) -> np.ndarray:
     return frames[::-1].copy() if reverse else frames
 
 
-def _check_params(p: _Params, contrast: float = 0.4, tint: float = 0.25) -> None:
+def _check_params(p: _Params, contrast: float, tint: float) -> None:
     if not 0 <= contrast < 0.5:
         raise ValueError(f"contrast must be in [0, 0.5) (brightness difference, intensity units), "
                          f"got {contrast}")
