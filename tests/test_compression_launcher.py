@@ -125,7 +125,7 @@ def _rank_main(out: Path) -> None:
 
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")
-    from tsm_ds.engine.trainer import release_cpu_shm_at_exit
+    from tsm_ds.engine.dist import release_cpu_shm_at_exit
     release_cpu_shm_at_exit()   # DeepSpeed leaves its 69 MB /dev/shm buffers otherwise
     rank = dist.get_rank()
     x, y, xs, ys = _data(rank)

@@ -7,7 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from tsm_ds.data import check, prepare
+from tsm_ds.cli import check_videos as check_cli
+from tsm_ds.cli import prepare as prepare_cli
+from tsm_ds.data import check
 from tsm_ds.data import decode as D
 from tsm_ds.data.records import read_video_list
 from tsm_ds.data.testvideo import read_number, write_numbered_video
@@ -28,7 +30,7 @@ def test_prepare_video_mode_resumes_and_reports_bad_files(tree, tmp_path, capsys
     out = tmp_path / "out"
     (out / "a").mkdir(parents=True)
     (out / "a" / "one.mp4.part.mp4").write_bytes(b"half-written by an interrupted run")
-    rc = prepare.main([str(tree), str(out), "--short-side", "0", "--keyint", "4", "--workers", "1"])
+    rc = prepare_cli.main([str(tree), str(out), "--short-side", "0", "--keyint", "4", "--workers", "1"])
     assert rc == 1  # broken.mp4 failed, and says so
     report = json.loads((out / "prepare_report.json").read_text())
     status = {r["src"].split("/")[-1]: r["status"] for r in report["files"]}
@@ -47,7 +49,7 @@ def test_prepare_video_mode_resumes_and_reports_bad_files(tree, tmp_path, capsys
     assert st.decoded <= 4 + 2
     assert [read_number(f) for f in D.decode_all_frames(recs[1].path)] == list(range(13))
     # a rerun skips what is done
-    prepare.main([str(tree), str(out), "--short-side", "0", "--workers", "1"])
+    prepare_cli.main([str(tree), str(out), "--short-side", "0", "--workers", "1"])
     report = json.loads((out / "prepare_report.json").read_text())
     assert sorted(r["status"] for r in report["files"]) == ["failed", "skipped (exists)",
                                                             "skipped (exists)"]
@@ -55,7 +57,7 @@ def test_prepare_video_mode_resumes_and_reports_bad_files(tree, tmp_path, capsys
 
 def test_prepare_frames_mode_writes_official_frame_list(tree, tmp_path):
     out = tmp_path / "frames"
-    prepare.main([str(tree), str(out), "--mode", "frames", "--short-side", "32", "--workers", "1"])
+    prepare_cli.main([str(tree), str(out), "--mode", "frames", "--short-side", "32", "--workers", "1"])
     recs = read_video_list(out / "all.txt")
     assert [(r.path.split("/")[-1], r.num_frames, r.label) for r in recs] == [("one", 20, 0),
                                                                              ("two", 13, 1)]
@@ -68,7 +70,7 @@ def test_check_videos_report(tree, tmp_path, capsys):
     lst.write_text(f"{tree}/a/one.mp4 0\n{tree}/b/broken.mp4 1\n{tmp_path}/nope.mp4 1\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rc = check.main([str(lst), "--workers", "1", "--full", "--out", str(tmp_path / "rep")])
+        rc = check_cli.main([str(lst), "--workers", "1", "--full", "--out", str(tmp_path / "rep")])
     assert rc == 1
     rep = json.loads((tmp_path / "rep.json").read_text())
     rows = {r["path"].split("/")[-1]: r for r in rep["files"]}

@@ -16,7 +16,8 @@ import torch
 
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import read_video_list
-from tsm_ds.engine import eval_cli
+from tsm_ds.cli import eval as eval_cli
+from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.engine.checkpoint import export_model
 from tsm_ds.models import build_model
 
@@ -117,9 +118,8 @@ def test_two_ranks_under_deepspeed_launcher_equal_one_process(demo, single, tmp_
     single = single["scores"]
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    script = Path(eval_cli.__file__)
     proc = subprocess.run([sys.executable, str(launcher), "--num_gpus", "2", "--master_port", str(_free_port()),
-                           str(script)] + args + ["--out", str(tmp_path / "two")],
+                           "--module", "tsm_ds.cli.eval"] + args + ["--out", str(tmp_path / "two")],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "world size 2" in proc.stdout
@@ -144,12 +144,12 @@ def test_deepspeed_checkpoint_directory(demo, tmp_path):
     torch.save({"module": model.state_dict(), "ds_version": "0.19.8", "model_config": model.config,
                 "class_names": demo["classes"], "global_steps": 7}, tag / "mp_rank_00_model_states.pt")
     (run / "checkpoints" / "latest").write_text("step00000007")
-    loaded = eval_cli.load_for_inference(run)  # the run directory; also works with .../checkpoints
+    loaded = load_for_inference(run)  # the run directory; also works with .../checkpoints
     assert loaded.source == "deepspeed" and loaded.class_names == demo["classes"]
     x = torch.randn(2, T, 3, SIZE, SIZE)
     with torch.no_grad():
         assert torch.equal(loaded.model(x), model(x))
-    assert eval_cli.load_for_inference(tag).class_names == demo["classes"]
+    assert load_for_inference(tag).class_names == demo["classes"]
 
 
 def test_bad_checkpoint_and_foreign_classes_are_named(demo, tmp_path, capsys):
@@ -169,7 +169,7 @@ def test_bad_checkpoint_and_foreign_classes_are_named(demo, tmp_path, capsys):
 def test_official_checkpoint_on_kinetics_clips(shared_data, tmp_path):
     """An official TSM file (DataParallel keys, options in the name) evaluated on real clips whose
     Kinetics-400 index is known; class names from the label map."""
-    from tsm_ds.models.weights import official_key
+    from tsm_ds.models.official import official_key
 
     model = _random_model(400, seed=1)
     sd = {official_key(k, model): v for k, v in model.state_dict().items()}
@@ -193,7 +193,7 @@ def test_official_checkpoint_on_kinetics_clips(shared_data, tmp_path):
 
 def test_trained_image_size_travels_with_the_checkpoint(tmp_path):
     """The tools run a model at the size it was trained at unless --img-size says otherwise."""
-    from tsm_ds.engine.eval_cli import load_for_inference, resolve_img_size
+    from tsm_ds.inference.loading import resolve_img_size
 
     model = _random_model(3)
     export_model(tmp_path / "m112.pt", model, class_names=["a", "b", "c"], extra={"img_size": 112})

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tsm_ds.engine import eval_report, views
+from tsm_ds.inference import report as eval_report
+from tsm_ds.inference import views
 
 
 class KnownModel(torch.nn.Module):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from tsm_ds import export as ex
+from tsm_ds.cli import export as export_cli
+from tsm_ds.inference import export as ex
 from tsm_ds.models import build_model
 
 T, SIZE, K = 4, 64, 5
@@ -38,7 +39,7 @@ def test_export_clip_model_cli_pt2_and_onnx(tmp_path, capsys):
     names = [f"c{i}" for i in range(K)]
     ck = _save_checkpoint(tmp_path, model, names)
     out = tmp_path / "exp"
-    rc = ex.main(["--checkpoint", str(ck), "--out", str(out), "--img-size", str(SIZE)])
+    rc = export_cli.main(["--checkpoint", str(ck), "--out", str(out), "--img-size", str(SIZE)])
     assert rc == 0, capsys.readouterr()
     report = json.loads((out / "export.json").read_text())
     assert report["inputs"] == {"clip": [2, T, 3, SIZE, SIZE]} and report["outputs"] == {"logits": [2, K]}

@@ -72,7 +72,7 @@ def test_wrong_num_segments_is_refused():
         build_model("resnet18", 3, num_segments=4)(torch.randn(1, 3, 3, 32, 32))
     with pytest.raises(ValueError, match=r"\(N, T, 3, H, W\)"):
         build_model("resnet18", 3, num_segments=4)(torch.randn(4, 3, 32, 32))
-    with pytest.raises(ValueError, match="unknown 2D arch"):
+    with pytest.raises(ValueError, match="unknown arch"):
         build_model("vgg16", 3)
 
 

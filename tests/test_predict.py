@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tsm_ds import predict
+from tsm_ds.cli import predict as predict_cli
+from tsm_ds.inference import predict
 from tsm_ds.data import decode
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import VideoRecord
@@ -42,7 +43,7 @@ def test_predict_names_every_real_clip_and_reports_unreadable(shared_data, tmp_p
     missing = tmp_path / "missing.mp4"
     audio = shared_data / "edge_cases" / "torchcodec_nasa_13013_audio_only.mp3"
     videos = [str(p) for p in clips] + [str(broken), str(missing), str(audio)]
-    rc = predict.main(videos + ["--checkpoint", str(tmp_path / "m.pt"), "--top-k", "3",
+    rc = predict_cli.main(videos + ["--checkpoint", str(tmp_path / "m.pt"), "--top-k", "3",
                                 "--img-size", str(SIZE), "--json", str(tmp_path / "pred.json")])
     out, err = capsys.readouterr()
     assert rc == 1  # some videos could not be read; the others were predicted
@@ -75,7 +76,7 @@ def test_predict_kinetics_label_map_and_multiview(shared_data, tmp_path, capsys)
     torch.save({"state_dict": model.state_dict(), "model_config": model.config, "class_names": None},
                tmp_path / "k.pt")
     clip = shared_data / "extra_clips" / "archery" / "paddlevideo_example_ucf101_archery.avi"
-    rc = predict.main([str(clip), "--checkpoint", str(tmp_path / "k.pt"), "--labels", str(labels),
+    rc = predict_cli.main([str(clip), "--checkpoint", str(tmp_path / "k.pt"), "--labels", str(labels),
                        "--img-size", str(SIZE), "--num-clips", "2", "--num-crops", "3", "--top-k", "5"])
     out = capsys.readouterr().out
     assert rc == 0
@@ -93,7 +94,7 @@ def test_predict_online_streams_frames_through_step(shared_data, tmp_path, capsy
     names = [f"action_{i}" for i in range(6)]
     model = _model(len(names), shift="online")
     export_model(tmp_path / "online.pt", model, class_names=names)
-    rc = predict.main([str(clip), "--checkpoint", str(tmp_path / "online.pt"), "--online", "--stride", "3",
+    rc = predict_cli.main([str(clip), "--checkpoint", str(tmp_path / "online.pt"), "--online", "--stride", "3",
                        "--max-frames", "8", "--window", "4", "--img-size", str(SIZE), "--json",
                        str(tmp_path / "o.json")])
     out = capsys.readouterr().out
@@ -115,5 +116,5 @@ def test_predict_online_streams_frames_through_step(shared_data, tmp_path, capsy
 
     # a bidirectional checkpoint cannot stream: clear refusal
     export_model(tmp_path / "bi.pt", _model(len(names)), class_names=names)
-    rc = predict.main([str(clip), "--checkpoint", str(tmp_path / "bi.pt"), "--online"])
+    rc = predict_cli.main([str(clip), "--checkpoint", str(tmp_path / "bi.pt"), "--online"])
     assert rc == 2 and "shift='online'" in capsys.readouterr().err

@@ -10,6 +10,9 @@ import pytest
 import torch
 
 from tsm_ds import train
+from tsm_ds.data import splits
+from tsm_ds.data.splits import build_datasets
+from tsm_ds.engine.dist import set_accelerator_env, set_threads
 
 
 def test_official_kinetics_defaults():
@@ -24,10 +27,10 @@ def test_official_kinetics_defaults():
 def test_accelerator_env(monkeypatch):
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    msg = train._set_accelerator_env()
+    msg = set_accelerator_env()
     assert os.environ["DS_ACCELERATOR"] == "cpu" and "DS_ACCELERATOR=cpu" in msg
     monkeypatch.setenv("DS_ACCELERATOR", "cuda")
-    assert train._set_accelerator_env() is None and os.environ["DS_ACCELERATOR"] == "cuda"
+    assert set_accelerator_env() is None and os.environ["DS_ACCELERATOR"] == "cuda"
 
 
 def test_threads_divided_between_local_ranks(monkeypatch):
@@ -36,10 +39,10 @@ def test_threads_divided_between_local_ranks(monkeypatch):
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         monkeypatch.setenv("LOCAL_SIZE", "2")
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
-        msg = train._set_threads()
+        msg = set_threads()
         assert torch.get_num_threads() == 3 and "6 cores / 2 local ranks" in msg
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert "OMP_NUM_THREADS=1 given" in train._set_threads()
+        assert "OMP_NUM_THREADS=1 given" in set_threads()
     finally:
         torch.set_num_threads(before)
 
@@ -48,7 +51,7 @@ def test_real_clips_split_by_source_group(shared_data, tmp_path):
     import logging
     a = train.build_parser().parse_args(["--data", str(shared_data / "videos"), "--img-size", "32",
                                          "--num-segments", "2", "--output-dir", str(tmp_path)])
-    tr, va, names, desc = train.build_datasets(a, logging.getLogger("t"))
+    tr, va, names, desc = build_datasets(a, logging.getLogger("t"))
     assert "source_group" in desc
     assert names == sorted(p.name for p in (shared_data / "videos").iterdir() if p.is_dir())
     tr_paths = {Path(r.path) for r in tr.records}
@@ -60,7 +63,7 @@ def test_real_clips_split_by_source_group(shared_data, tmp_path):
 def test_no_data_message(monkeypatch, tmp_path):
     import builtins
     import logging
-    monkeypatch.setattr(train, "DEFAULT_SHARED", tmp_path / "absent")
+    monkeypatch.setattr(splits, "DEFAULT_SHARED", tmp_path / "absent")
     monkeypatch.delenv("TSM_DS_DATA", raising=False)
     real_import = builtins.__import__
 
@@ -71,8 +74,8 @@ def test_no_data_message(monkeypatch, tmp_path):
 
     monkeypatch.setattr(builtins, "__import__", no_synthetic)
     a = train.build_parser().parse_args(["--output-dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match=r"no training data: pass --data DIR .*--train-list/--val-list"):
-        train.build_datasets(a, logging.getLogger("t"))
+    with pytest.raises(ValueError, match=r"no training data: pass --data DIR .*--train-list/--val-list"):
+        build_datasets(a, logging.getLogger("t"))
 
 
 def test_tune_from_replaces_head_when_classes_differ(tmp_path):
@@ -134,11 +137,11 @@ def test_failed_save_keeps_previous_checkpoint(tmp_path):
 def test_demo_dataset_fallback(monkeypatch, tmp_path):
     import logging
     pytest.importorskip("tsm_ds.data.synthetic")
-    monkeypatch.setattr(train, "DEFAULT_SHARED", tmp_path / "absent")
+    monkeypatch.setattr(splits, "DEFAULT_SHARED", tmp_path / "absent")
     monkeypatch.delenv("TSM_DS_DATA", raising=False)
     a = train.build_parser().parse_args(["--output-dir", str(tmp_path), "--demo-clips", "2", "--img-size", "32",
                                          "--num-segments", "4"])
-    tr, va, names, desc = train.build_datasets(a, logging.getLogger("t"))
+    tr, va, names, desc = build_datasets(a, logging.getLogger("t"))
     assert a.no_flip  # direction classes: a flipped "moving_left" clip would be "moving_right"
     assert len(names) == 4 and len(tr) == 2 * 4 and len(va) == 2 * 4
     assert sorted(r.label for r in tr.records) == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -152,7 +152,7 @@ def _worker(args, methods: list[str]) -> None:
 
     cuda = torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
-    from tsm_ds.engine.trainer import release_cpu_shm_at_exit
+    from tsm_ds.engine.dist import release_cpu_shm_at_exit
     release_cpu_shm_at_exit()
     rank, world = dist.get_rank(), dist.get_world_size()
     model, layout = _model(args)

@@ -1,10 +1,6 @@
-"""``tsm-ds check-videos``: scan a dataset and report the files the loader cannot use.
+"""Scan a dataset and report the files the loader cannot use (the library of ``tsm-ds check-videos``).
 
-Usage::
-
-    tsm-ds check-videos LIST_OR_DIR [--root DIR] [--full] [--workers N] [--out REPORT_PREFIX]
-
-LIST_OR_DIR is a list file (``path label`` or the official ``frame_dir num_frames label``) or a
+The source is a list file (``path label`` or the official ``frame_dir num_frames label``) or a
 class-per-folder tree. For each video the check opens the file, counts packets (the loader's frame
 count) and decodes the 8 validation frames plus the last frame (``--full``: every frame, and counts
 how many decode). Status per file:
@@ -14,20 +10,20 @@ how many decode). Status per file:
   decoded frame; ``decodable`` says how many frames decode with ``--full``);
 - ``unreadable``: cannot open / no video stream / no decodable frame (the loader replaces it).
 
-Writes ``REPORT_PREFIX.json`` (every file) and ``REPORT_PREFIX.md`` (a table of the files that are
-not ok), atomically; prints a summary. Exit status 1 when any file is unreadable, else 0.
+Reports: :func:`write_check_report` writes ``PREFIX.json`` (every file) and ``PREFIX.md`` (a table
+of the files that are not ok), atomically.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-__all__ = ["check_file", "load_records", "main"]
+from tsm_ds.utils.io import atomic_write_text, markdown_table
+
+__all__ = ["check_file", "check_records", "load_records", "write_check_report"]
 
 
 _NOT_MEDIA = {".txt", ".csv", ".md", ".json", ".tmp", ".jpg", ".png"}
@@ -105,57 +101,36 @@ def _check_star(args):
     return check_file(*args)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tsm-ds check-videos``; returns 1 when any file is unreadable."""
+def check_records(records, *, full: bool = False, workers: int = 1, progress: bool = True) -> list[dict]:
+    """:func:`check_file` for every record, in ``workers`` processes; rows in record order, each
+    with the record's ``label`` added. ``progress`` shows a tqdm bar."""
     from tqdm import tqdm
 
-    from ..bench.report import markdown_table
-
-    ap = argparse.ArgumentParser(prog="tsm-ds check-videos", description=__doc__.split("\n\n")[0])
-    ap.add_argument("source", help="list file (path label | frame_dir num_frames label) or class-folder tree")
-    ap.add_argument("--root", default=None, help="root for relative paths in the list (default: the list's folder)")
-    ap.add_argument("--full", action="store_true", help="decode every frame (slower; counts decodable frames)")
-    ap.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
-    ap.add_argument("--out", default=None,
-                    help="report prefix (default: ./<source name>.check in the current directory; "
-                         "datasets are often read-only)")
-    args = ap.parse_args(argv)
-
-    if not Path(args.source).exists():
-        print(f"tsm-ds check-videos: {args.source}: no such list file or folder", file=sys.stderr)
-        return 2
-    records = load_records(args.source, args.root)
-    jobs = [(r.path, r.num_frames, args.full) for r in records]
-    if args.workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(args.workers) as ex:
+    jobs = [(r.path, r.num_frames, full) for r in records]
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(workers) as ex:
             rows = list(tqdm(ex.map(_check_star, jobs, chunksize=4), total=len(jobs),
-                             desc="check-videos", unit="file"))
+                             desc="check-videos", unit="file", disable=not progress))
     else:
-        rows = [check_file(*j) for j in tqdm(jobs, desc="check-videos", unit="file")]
+        rows = [check_file(*j) for j in tqdm(jobs, desc="check-videos", unit="file", disable=not progress)]
     for r, rec in zip(rows, records):
         r["label"] = rec.label
-    prefix = Path(args.out) if args.out else Path(Path(str(args.source).rstrip("/")).name + ".check")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
+    return rows
+
+
+def write_check_report(prefix: str | os.PathLike, source: str, rows: list[dict]) -> dict[str, int]:
+    """Write ``PREFIX.json`` (every file) and ``PREFIX.md`` (the files that are not ok), atomically.
+
+    Returns the counts per status (``ok``, ``partial``, ``unreadable``).
+    Raises OSError when the report folder is not writable.
+    """
+    prefix = Path(prefix)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "partial", "unreadable")}
-    _atomic_write(prefix.with_name(prefix.name + ".json"),
-                  json.dumps({"source": str(args.source), "counts": counts, "files": rows}, indent=2) + "\n")
+    atomic_write_text(prefix.with_name(prefix.name + ".json"),
+                      json.dumps({"source": str(source), "counts": counts, "files": rows}, indent=2) + "\n")
     bad = [r for r in rows if r["status"] != "ok"]
-    md = (f"# check-videos: {args.source}\n\n{len(rows)} files: {counts['ok']} ok, "
+    md = (f"# check-videos: {source}\n\n{len(rows)} files: {counts['ok']} ok, "
           f"{counts['partial']} partial, {counts['unreadable']} unreadable\n\n"
           + markdown_table(bad, ["path", "status", "reason", "num_frames", "decodable"]))
-    _atomic_write(prefix.with_name(prefix.name + ".md"), md)
-    print(f"{len(rows)} files: {counts['ok']} ok, {counts['partial']} partial, "
-          f"{counts['unreadable']} unreadable; report: {prefix}.json / .md")
-    for r in bad:
-        print(f"  {r['status']:10s} {r['path']}: {r['reason']}")
-    return 1 if counts["unreadable"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    atomic_write_text(prefix.with_name(prefix.name + ".md"), md)
+    return counts

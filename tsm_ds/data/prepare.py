@@ -1,11 +1,6 @@
-"""``tsm-ds prepare``: re-encode / resize a video dataset, or extract JPEG frames, and write lists.
+"""Re-encode / resize a video dataset, or extract JPEG frames, and write lists (library of ``tsm-ds prepare``).
 
-Usage::
-
-    tsm-ds prepare SRC OUT [--list LIST --root DIR] [--mode video|frames] [--short-side 256]
-                   [--keyint 16] [--crf 23] [--preset veryfast] [--workers N] [--split-val]
-
-SRC is a class-per-folder tree (or use ``--list`` with a video list). The output mirrors the input's
+The output mirrors the input's
 relative paths under OUT:
 
 - ``--mode video`` (default): H.264 MP4 (yuv420p, video only; audio is dropped), short side scaled
@@ -22,21 +17,20 @@ to OUT), ``OUT/classes.txt`` for class-folder input.
 Resuming: each output is written under a temporary name and renamed when complete, so an
 interrupted run leaves no half-written output and a rerun skips what is done. Files that cannot be
 read are skipped and listed in ``OUT/prepare_report.json`` (and printed); nothing is dropped
-silently. Runs ``--workers`` processes with a tqdm progress bar. Exit status 1 when a file failed.
+silently. Runs ``workers`` processes with a tqdm progress bar.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
-import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 
-__all__ = ["prepare_video", "extract_frames", "main"]
+from tsm_ds.utils.io import atomic_path, atomic_write_text
+
+__all__ = ["extract_frames", "prepare_dataset", "prepare_video"]
 
 
 def _even(x: float) -> int:
@@ -84,7 +78,7 @@ def _resize(img, size: tuple[int, int]):
 
 def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | None = None,
                   crf: int = 23, preset: str = "veryfast") -> int:
-    """Re-encode ``src`` to an H.264 MP4 ``dst`` (written as dst + '.part.mp4', then renamed).
+    """Re-encode ``src`` to an H.264 MP4 ``dst`` (written atomically: a temporary file, then renamed).
 
     Returns the number of frames written. Raises VideoError subclasses for unreadable input.
     """
@@ -92,12 +86,11 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
 
     from .decode import VideoDecodeError
 
-    tmp = dst + ".part.mp4"
     n = 0
     last_t = None
     tb = Fraction(1, 90000)
-    try:
-        with av.open(tmp, "w") as out:
+    with atomic_path(dst, suffix=".mp4") as tmp:
+        with av.open(str(tmp), "w") as out:
             stream = None
             for img, t in _frames(src):
                 if stream is None:
@@ -125,25 +118,22 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
                 raise VideoDecodeError(src, "no decodable frame")
             for p in stream.encode():
                 out.mux(p)
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return n
 
 
 def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: int = 90) -> int:
     """Write every frame of ``src`` as ``dst_dir/img_00001.jpg ...`` (built in a temporary folder
-    and renamed when complete). Returns the number of frames."""
+    and renamed when complete). Returns the number of frames.
+
+    Raises:
+        VideoDecodeError: no decodable frame (nothing is left behind).
+    """
     from PIL import Image
 
     from .decode import VideoDecodeError
 
-    tmp = dst_dir + ".part"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     n = 0
-    try:
+    with atomic_path(dst_dir, directory=True) as tmp:
         size = None
         for img, _ in _frames(src):
             if size is None:
@@ -153,9 +143,6 @@ def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: in
                                                      quality=quality)
         if n == 0:
             raise VideoDecodeError(src, "no decodable frame")
-        os.replace(tmp, dst_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return n
 
 
@@ -190,67 +177,47 @@ def _job(args) -> dict:
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tsm-ds prepare``; returns 1 when any input failed, else 0."""
+def prepare_dataset(records, src_root: str, out_root: str, *, mode: str = "video", classes=None,
+                    workers: int = 1, progress: bool = True, **opts) -> list[dict]:
+    """Prepare every record (see the module docstring) and write the lists and the report.
+
+    Args:
+        records: ``VideoRecord`` s; outputs mirror their paths relative to ``src_root``.
+        src_root / out_root: input and output folders (absolute or relative).
+        mode: ``"video"`` (re-encode: ``opts`` short_side, keyint, crf, preset) or ``"frames"``
+            (JPEG frames: ``opts`` short_side).
+        classes: class names for ``OUT/classes.txt`` (None: no file).
+        workers: processes; progress: a tqdm bar.
+
+    Returns:
+        one row per record: src, out, label, status (``done`` / ``skipped (exists)`` /
+        ``failed``), num_frames, reason. Failed files are listed, never dropped silently.
+
+    Raises:
+        OSError: the output folder is not writable.
+    """
     from tqdm import tqdm
 
-    from .records import read_class_folders, read_video_list
-
-    ap = argparse.ArgumentParser(prog="tsm-ds prepare", description=__doc__.split("\n\n")[0])
-    ap.add_argument("src", help="class-folder tree (or the root of --list's relative paths)")
-    ap.add_argument("out", help="output folder")
-    ap.add_argument("--list", default=None, help="video list ('path label') instead of class folders")
-    ap.add_argument("--mode", choices=("video", "frames"), default="video")
-    ap.add_argument("--short-side", type=int, default=256, help="0 keeps the size")
-    ap.add_argument("--keyint", type=int, default=None, help="keyframe interval in frames (video mode)")
-    ap.add_argument("--crf", type=int, default=23)
-    ap.add_argument("--preset", default="veryfast")
-    ap.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
-    args = ap.parse_args(argv)
-
-    src_root = os.path.abspath(args.src)
-    classes = None
-    if args.list:
-        records = read_video_list(args.list, root=src_root)
-    else:
-        records, classes = read_class_folders(src_root)
-    out_root = os.path.abspath(args.out)
+    src_root, out_root = os.path.abspath(src_root), os.path.abspath(out_root)
     os.makedirs(out_root, exist_ok=True)
-    opts = ({"short_side": args.short_side, "keyint": args.keyint, "crf": args.crf,
-             "preset": args.preset} if args.mode == "video" else {"short_side": args.short_side})
     jobs = []
     for r in records:
         rel = os.path.relpath(r.path, src_root)
         if rel.startswith(".."):
             rel = os.path.basename(r.path)
-        jobs.append((r.path, rel, r.label, out_root, args.mode, opts))
-    if args.workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(args.workers) as ex:
-            rows = list(tqdm(ex.map(_job, jobs), total=len(jobs), desc="prepare", unit="file"))
+        jobs.append((r.path, rel, r.label, out_root, mode, opts))
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(workers) as ex:
+            rows = list(tqdm(ex.map(_job, jobs), total=len(jobs), desc="prepare", unit="file",
+                             disable=not progress))
     else:
-        rows = [_job(j) for j in tqdm(jobs, desc="prepare", unit="file")]
-
+        rows = [_job(j) for j in tqdm(jobs, desc="prepare", unit="file", disable=not progress)]
     ok = [r for r in rows if r["status"] != "failed"]
-    lines = [(f"{r['out']} {r['label']}" if args.mode == "video"
+    lines = [(f"{r['out']} {r['label']}" if mode == "video"
               else f"{r['out']} {r['num_frames']} {r['label']}") for r in ok]
-    _write(Path(out_root) / "all.txt", "\n".join(lines) + ("\n" if lines else ""))
+    atomic_write_text(Path(out_root) / "all.txt", "\n".join(lines) + ("\n" if lines else ""))
     if classes is not None:
-        _write(Path(out_root) / "classes.txt", "\n".join(classes) + "\n")
-    failed = [r for r in rows if r["status"] == "failed"]
-    _write(Path(out_root) / "prepare_report.json",
-           json.dumps({"src": src_root, "mode": args.mode, "options": opts, "files": rows}, indent=2) + "\n")
-    print(f"prepare: {len(ok)} of {len(rows)} files ready in {out_root} (list: all.txt); "
-          f"{len(failed)} failed (see prepare_report.json)")
-    for r in failed:
-        print(f"  failed {r['src']}: {r['reason']}")
-    return 1 if failed else 0
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        atomic_write_text(Path(out_root) / "classes.txt", "\n".join(classes) + "\n")
+    atomic_write_text(Path(out_root) / "prepare_report.json",
+                      json.dumps({"src": src_root, "mode": mode, "options": opts, "files": rows}, indent=2) + "\n")
+    return rows

@@ -44,7 +44,7 @@ JSON (``ds_config["tsm_ds"]["compression"]``, read by the trainer)::
   scale with a conv weight. Cost: 4 bytes of scale per chunk_size/8 bytes of bits (3.1 % at 1024)
   plus < chunk_size padding elements per tensor (TSM-R50: 161 tensors, 0.3 % at 1024). Smaller
   chunks track the gradient's magnitudes more closely: on the 3-layer MLP of
-  ``python -m tsm_ds.engine.compression_study`` (SGD momentum 0.9, 300 steps) final losses were
+  ``python studies/compression_study.py`` (SGD momentum 0.9, 300 steps) final losses were
   0.25 / 0.18 / 0.13 / 0.09 at 65536 / 4096 / 1024 / 256 against 0.047 uncompressed.
 
 Precision and ZeRO:

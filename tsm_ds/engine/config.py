@@ -79,15 +79,47 @@ class ConfigError(ValueError):
     """An engine JSON that cannot work; the message names the key and the fix."""
 
 
+#: where named recipes live: ``tsm_ds/ds_configs`` in an installed package (setup.py installs the
+#: top-level ``ds_configs/`` there), the repository's ``ds_configs/`` in a source checkout or an
+#: editable install
+RECIPE_DIRS: tuple[Path, ...] = (Path(__file__).resolve().parents[1] / "ds_configs",
+                                 Path(__file__).resolve().parents[2] / "ds_configs")
+
+
+def recipe_names() -> list[str]:
+    """Names of the recipes shipped with the package (``cpu_fp32``, ``gpu_fp16``, ...), sorted."""
+    return sorted({f.stem for d in RECIPE_DIRS if d.is_dir() for f in d.glob("*.json")})
+
+
+def resolve_recipe(name_or_path: str | Path) -> Path:
+    """The engine JSON file meant by ``--deepspeed_config``: a path, or a shipped recipe's name.
+
+    ``ds_configs/cpu_fp32.json`` (an existing file) is taken as given; ``cpu_fp32`` or
+    ``cpu_fp32.json`` (no folder part, no such file in the current directory) is looked up in
+    :data:`RECIPE_DIRS`, so recipes work from any directory and from a non-editable install.
+
+    Raises:
+        ConfigError: neither an existing file nor a shipped recipe (the message lists the names).
+    """
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    if p.parent == Path("."):
+        stem = p.name[:-5] if p.name.endswith(".json") else p.name
+        for d in RECIPE_DIRS:
+            if (d / f"{stem}.json").is_file():
+                return d / f"{stem}.json"
+    raise ConfigError(f"{p}: engine JSON not found; pass --deepspeed_config with a file path or a "
+                      f"shipped recipe name: {', '.join(recipe_names()) or '(none installed)'}")
+
+
 def load_config(path: str | Path) -> dict:
-    """Read a recipe JSON.
+    """Read a recipe JSON, given by path or by name (see :func:`resolve_recipe`).
 
     Raises:
         ConfigError: missing file or invalid JSON (message names the file and the line).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: engine JSON not found; pass --deepspeed_config ds_configs/<recipe>.json")
+    p = resolve_recipe(path)
     try:
         return json.loads(p.read_text())
     except json.JSONDecodeError as e:

@@ -3,7 +3,7 @@
 ``DistributedSampler`` pads the index list with repeated samples so that every rank gets the
 same count (ceil(N / world size)); counting those twice would bias top-1. Each batch carries the
 dataset ``index`` of each sample, so ranks all-gather (index, scores, label) and keep the first
-occurrence of each index. The multi-view evaluation (``eval_cli``) plugs its view averaging in
+occurrence of each index. The multi-view evaluation (:mod:`tsm_ds.inference.evaluate`) plugs its view averaging in
 through ``forward``.
 """
 from __future__ import annotations

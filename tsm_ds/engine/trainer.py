@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tsm_ds.engine import config as cfgmod
+from tsm_ds.engine.dist import release_cpu_shm_at_exit
 from tsm_ds.engine.checkpoint import CheckpointManager, export_model, rng_state, set_rng_state, tag_for_step
 from tsm_ds.engine.evaluate import gather_predictions, sync_batchnorm_stats, topk_accuracy
 from tsm_ds.engine.monitor import ScalarWriter
@@ -100,39 +101,6 @@ def _default_param_groups(model, weight_decay):
 
 def _has_batchnorm(model) -> bool:
     return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-
-
-_SHM_REGISTERED: set[Path] = set()
-
-
-def release_cpu_shm_at_exit() -> Path | None:
-    """Unlink this rank's DeepSpeed CPU all-reduce buffer in /dev/shm when the process exits.
-
-    DeepSpeed 0.19.8's CPU accelerator (``ops/csrc/cpu/comm/shm.cpp``, ``shm_initialize``) creates
-    ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` (69 MB per
-    rank) when all ranks are local, and never unlinks it (``shared_close`` is never called). /dev/shm
-    is RAM: measured here, 314 leftover buffers (21 GB) from earlier runs filled it until the
-    kernel killed the test suite. Once every rank has mapped its peers' buffers (at init), the
-    name is no longer needed, so each rank removes its own at exit (a SIGKILLed rank cannot).
-
-    Returns the path registered for removal (it may not exist: ranks on several hosts make none),
-    or None (no process group, or not DeepSpeed's CPU accelerator). A world of one makes a buffer
-    too when ``LOCAL_SIZE`` is 1. Call after ``deepspeed.init_distributed``.
-    """
-    import atexit
-
-    if not dist.is_initialized():
-        return None
-    from deepspeed.accelerator import get_accelerator
-    if get_accelerator().device_name() != "cpu":
-        return None
-    path = Path("/dev/shm") / (f"deepspeed_allreduce_buffer_{os.getuid()}_"
-                               f"{os.environ.get('MASTER_ADDR', '')}_{os.environ.get('MASTER_PORT', '')}_"
-                               f"{dist.get_rank()}")
-    if path not in _SHM_REGISTERED:
-        _SHM_REGISTERED.add(path)
-        atexit.register(path.unlink, missing_ok=True)
-    return path
 
 
 class Trainer:

@@ -1,37 +1,7 @@
-"""Weights: torchvision ImageNet initialisation from a local file, official TSM checkpoint import.
+"""Weights: reading state-dict files, exact loading with a named mismatch report, torchvision
+ImageNet initialisation from a local file, and 2D -> 3D inflation for I3D.
 
-Official checkpoints (https://github.com/mit-han-lab/temporal-shift-module, ``main.py``
-``save_checkpoint``) are dicts ``{"epoch", "arch", "state_dict", "optimizer", "best_prec1"}``;
-``state_dict`` has ``nn.DataParallel`` keys (``module.base_model.layer1.0.conv1.net.weight``,
-``module.new_fc.weight``). Their options live in the file name (``main.py``: ``TSM_{dataset}_
-{modality}_{arch}[_shift{div}_{place}][_tpool]_{consensus}_segment{T}_e{epochs}[_dense][_nl]``).
-
-Key mapping, ours -> official (:func:`official_key`):
-
-* prefix ``module.``; our ``base_model`` / ``new_fc`` names are the official ones;
-* a fused ``blockres`` shift conv ``P`` (:class:`.shift.ShiftConv2d`): ``P.weight`` ->
-  ``P.net.weight`` (the official ``TemporalShift`` wrapper); ``block`` placement and temporal
-  pooling use the official wrapper modules here too (``layer1.0.net.conv1.weight``,
-  ``layer2.net.0.conv1.weight``), so they need no mapping;
-* MobileNetV2: torchvision groups conv+BN(+ReLU6) in ``Conv2dNormActivation`` modules, the
-  official ``archs/mobilenet_v2.py`` uses one flat ``nn.Sequential`` per block. Inside
-  ``features.{i}`` (an inverted-residual block):
-
-  ======================================  ===========================  ========================
-  torchvision (ours)                      official (expand ratio 6)    official (ratio 1, i=1)
-  ======================================  ===========================  ========================
-  ``conv.0.0`` pointwise / depthwise conv ``conv.0`` (shifted:         ``conv.0`` (depthwise)
-                                          ``conv.0.net``)
-  ``conv.0.1`` BN                         ``conv.1``                   ``conv.1``
-  ``conv.1.0`` depthwise conv (ratio 6)   ``conv.3``                   --
-  ``conv.1.1`` BN (ratio 6)               ``conv.4``                   --
-  ``conv.1`` pointwise-linear (ratio 1)   --                           ``conv.3``
-  ``conv.2`` pointwise-linear / BN        ``conv.6``                   ``conv.4`` (BN)
-  ``conv.3`` BN (ratio 6)                 ``conv.7``                   --
-  ======================================  ===========================  ========================
-
-  ``features.0.{0,1}`` (stem) and ``features.18.{0,1}`` (last 1x1 conv) have the same names in
-  both; the official classifier is ``nn.Dropout`` (no parameters) + ``new_fc``, as here.
+Official TSM checkpoint import (file names, key mapping) is :mod:`.official`.
 """
 from __future__ import annotations
 
@@ -43,15 +13,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-
-from .shift import ShiftConv2d
-
-# Classes per dataset in the official code (ops/dataset_config.py).
-DATASET_CLASSES = {"kinetics": 400, "something": 174, "somethingv2": 174, "jester": 27,
-                   "ucf101": 101, "hmdb51": 51, "mini-kinetics": 200}
-ARCH_NAMES = {"resnet18": "resnet18", "resnet34": "resnet34", "resnet50": "resnet50",
-              "resnet101": "resnet101", "mobilenetv2": "mobilenet_v2"}
-
 
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be read or does not fit the model (message says why)."""
@@ -103,7 +64,7 @@ def _mismatch_report(path, missing, unexpected, shapes) -> str:
     return "\n".join(lines)
 
 
-def _load_exact(module: nn.Module, sd: dict[str, torch.Tensor], path, *,
+def load_exact(module: nn.Module, sd: dict[str, torch.Tensor], path, *,
                 optional: tuple[str, ...] = ("num_batches_tracked",)) -> None:
     """Load ``sd`` into ``module``; every key must match (``optional`` suffixes may be absent)."""
     own = module.state_dict()
@@ -130,7 +91,7 @@ def load_imagenet_state_dict(backbone: nn.Module, path: str | os.PathLike) -> No
         FileNotFoundError, CheckpointError: unreadable file or keys/shapes that do not match
             (listed in the message).
     """
-    _load_exact(backbone, read_state_dict(path), path)
+    load_exact(backbone, read_state_dict(path), path)
 
 
 def inflate_2d_state_dict(sd2d: dict[str, torch.Tensor], model3d: nn.Module
@@ -160,140 +121,3 @@ def inflate_2d_state_dict(sd2d: dict[str, torch.Tensor], model3d: nn.Module
         raise CheckpointError("ImageNet state dict lacks keys needed to inflate I3D: "
                               + ", ".join(missing[:20]))
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Official checkpoints
-
-_NAME_RE = re.compile(
-    r"^TSM_(?P<dataset>[A-Za-z0-9\-]+)_(?P<modality>RGB|Flow|RGBDiff)_(?P<arch>[A-Za-z0-9]+)"
-    r"(?:_shift(?P<div>\d+)_(?P<place>blockres|block))?(?P<tpool>_tpool)?"
-    r"_(?P<consensus>avg|identity)_segment(?P<seg>\d+)_e(?P<epochs>\d+)(?P<rest>(?:_[A-Za-z0-9]+)*)$")
-
-
-def parse_official_name(path: str | os.PathLike) -> dict[str, Any]:
-    """Options encoded in an official TSM checkpoint file name.
-
-    ``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth`` ->
-    ``{"build": {"arch": "resnet50", "num_classes": 400, "num_segments": 8, "shift":
-    "bidirectional", "shift_div": 8, "shift_place": "blockres", "temporal_pool": False},
-    "dataset": "kinetics", "epochs": 50, "dense": False}``. No ``shift`` part = a TSN.
-    ``_dense`` (dense frame sampling at training/test) is reported as ``dense``.
-
-    Raises:
-        ValueError: the name does not follow the official pattern; non-local models (``_nl``),
-            Flow / RGBDiff modality, a consensus other than avg, or an unsupported arch - each
-            with a message saying what is not supported.
-    """
-    name = Path(path).name
-    stem = name[:-4] if name.endswith(".pth") else (name[:-8] if name.endswith(".pth.tar") else name)
-    m = _NAME_RE.match(stem)
-    if not m:
-        raise ValueError(f"{name!r} is not an official TSM checkpoint name (expected e.g. "
-                         "TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth); pass "
-                         "arch=, num_classes=, num_segments=, shift= ... as overrides")
-    rest = [t for t in m["rest"].split("_") if t]
-    if "nl" in rest:
-        raise ValueError(f"{name}: non-local TSM checkpoints (_nl) are not supported: tsm_ds has no "
-                         "non-local blocks; use the plain TSM checkpoint of the same setting")
-    if m["modality"] != "RGB":
-        raise ValueError(f"{name}: {m['modality']} checkpoints are not supported: tsm_ds models take "
-                         "RGB clips (N, T, 3, H, W); Flow needs stacked optical-flow input")
-    if m["consensus"] != "avg":
-        raise ValueError(f"{name}: consensus {m['consensus']!r} is not supported (avg only)")
-    arch = ARCH_NAMES.get(m["arch"])
-    if arch is None:
-        raise ValueError(f"{name}: arch {m['arch']!r} is not supported; supported: "
-                         + ", ".join(ARCH_NAMES))
-    known = {"dense"}
-    other = [t for t in rest if t not in known]
-    if other:
-        warnings.warn(f"{name}: name parts {other} are not model options and were not used "
-                      "(e.g. a learning-rate schedule or a suffix)", stacklevel=2)
-    build = {"arch": arch, "num_classes": DATASET_CLASSES.get(m["dataset"]),
-             "num_segments": int(m["seg"]),
-             "shift": "bidirectional" if m["div"] else None,
-             "shift_div": int(m["div"]) if m["div"] else 8,
-             "shift_place": m["place"] or "blockres", "temporal_pool": bool(m["tpool"])}
-    return {"build": build, "dataset": m["dataset"], "epochs": int(m["epochs"]),
-            "dense": "dense" in rest}
-
-
-def _mobilenet_official_path(tv_path: str, model: nn.Module) -> str:
-    """Map a torchvision MobileNetV2 module path (relative to ``base_model``) to the official one."""
-    parts = tv_path.split(".")
-    if len(parts) < 4 or parts[0] != "features" or parts[2] != "conv":
-        return tv_path
-    block = model.base_model.features[int(parts[1])]
-    expand = len(block.conv) == 4
-    table = ({("0", "0"): "0", ("0", "1"): "1", ("1", "0"): "3", ("1", "1"): "4", ("2",): "6",
-              ("3",): "7"} if expand else
-             {("0", "0"): "0", ("0", "1"): "1", ("1",): "3", ("2",): "4"})
-    sub = tuple(parts[3:])
-    for key, off in table.items():
-        if sub[:len(key)] == key:
-            return ".".join(parts[:3] + [off] + list(sub[len(key):]))
-    return tv_path
-
-
-def official_key(key: str, model: nn.Module) -> str:
-    """The official checkpoint key of our state-dict ``key`` (see the module docstring)."""
-    mod_path, _, leaf = key.rpartition(".")
-    mod = model.get_submodule(mod_path) if mod_path else model
-    path = mod_path
-    arch = getattr(model, "config", {}).get("arch")
-    if arch == "mobilenet_v2" and path.startswith("base_model."):
-        path = "base_model." + _mobilenet_official_path(path[len("base_model."):], model)
-    if isinstance(mod, ShiftConv2d):
-        path += ".net"
-    return "module." + path + "." + leaf
-
-
-def convert_official_state_dict(official: dict[str, torch.Tensor], model: nn.Module
-                                ) -> dict[str, torch.Tensor]:
-    """Rename an official state dict to ``model``'s keys; unmatched official keys keep their name
-    (so that :func:`_load_exact` lists them). ``module.`` prefixes are optional in the input.
-    """
-    if not any(k.startswith("module.") for k in official):
-        official = {"module." + k: v for k, v in official.items()}
-    to_ours = {official_key(k, model): k for k in model.state_dict()}
-    # official dropout=0 layout puts the head at base_model.fc / classifier (ops/models.py)
-    for head in ("module.base_model.fc", "module.base_model.classifier"):
-        if head + ".weight" in official and "module.new_fc.weight" not in official:
-            to_ours[head + ".weight"], to_ours[head + ".bias"] = "new_fc.weight", "new_fc.bias"
-    return {to_ours.get(k, k): v for k, v in official.items()}
-
-
-def load_official_checkpoint(path: str | os.PathLike, **overrides: Any) -> nn.Module:
-    """Build the model an official TSM checkpoint file describes and load its weights.
-
-    Args:
-        path: an official ``.pth`` file (see :func:`parse_official_name` for the names).
-        **overrides: :func:`tsm_ds.models.build_model` arguments that replace the parsed ones
-            (e.g. ``num_classes=`` for an unknown dataset, ``dropout=``); with ``arch`` and
-            ``num_classes`` given, the name need not follow the official pattern.
-
-    Returns:
-        The model (eval mode) whose logits equal the official model's for the same input.
-
-    Raises:
-        ValueError: unsupported variant (non-local, Flow, ...) or options missing.
-        FileNotFoundError / CheckpointError: unreadable file, or keys that do not match (the
-            message lists missing, unexpected and shape-mismatched keys).
-    """
-    from .tsm import build_model
-
-    try:
-        opts = parse_official_name(path)["build"]
-    except ValueError as e:
-        if "not an official" not in str(e) or not {"arch", "num_classes"} <= overrides.keys():
-            raise
-        opts = {}
-    opts.update(overrides)
-    if opts.get("num_classes") is None:
-        raise ValueError(f"{Path(path).name}: unknown dataset, pass num_classes=")
-    opts.pop("pretrained", None)
-    model = build_model(**opts)
-    sd = convert_official_state_dict(read_state_dict(path), model)
-    _load_exact(model, sd, path)
-    return model.eval()

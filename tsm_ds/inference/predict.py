@@ -1,7 +1,7 @@
-"""``tsm-ds predict VIDEO...``: the top-k classes of each video, by the test protocol or streaming.
+"""Top-k classes of a video (the library half of ``tsm-ds predict VIDEO...``), by the test protocol or streaming.
 
 Clip mode (default) takes ``num_clips x num_crops`` views of each video exactly as ``tsm-ds eval``
-does (:mod:`tsm_ds.engine.views`; the same ``VideoClipDataset`` test pipeline) and prints the top-k
+does (:mod:`tsm_ds.inference.views`; the same ``VideoClipDataset`` test pipeline) and prints the top-k
 class names with their probabilities (softmax of the averaged logits, or the averaged
 probabilities with ``--average prob``)::
 
@@ -20,7 +20,6 @@ stderr naming the file and the reason; the other videos are still predicted and 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import deque
@@ -81,7 +80,7 @@ def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_si
         model: eval-mode recognizer, float32 (N, T, 3, H, W) -> logits (N, K).
         path: video file.
         num_segments: T. img_size: crop size in pixels.
-        num_clips, num_crops: the protocol (:func:`tsm_ds.engine.views.view_protocol`).
+        num_clips, num_crops: the protocol (:func:`tsm_ds.inference.views.view_protocol`).
         average: ``"logits"`` (softmax of the mean logits) or ``"prob"`` (mean of per-view softmax).
         max_clips: clips per model call.
 
@@ -93,7 +92,7 @@ def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_si
     """
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.records import VideoRecord
-    from tsm_ds.engine.views import MultiViewForward, view_protocol
+    from tsm_ds.inference.views import MultiViewForward, view_protocol
 
     n = probe(path)
     protocol = view_protocol(num_clips, num_crops)
@@ -187,91 +186,3 @@ def predict_online(model: torch.nn.Module, path: str, class_names: list[str], *,
                 print(f"  frame {i:5d}  {name}  {p:.3f}", file=out, flush=True)
     final = topk(probs, class_names, top_k) if steps else []
     return {"frames": steps, "running": running, "final": final}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tsm-ds predict`` argument parser."""
-    p = argparse.ArgumentParser(prog="tsm-ds predict", description=__doc__.split("\n\n")[0].replace("``", ""),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("videos", nargs="+", metavar="VIDEO", help="video files")
-    p.add_argument("--checkpoint", required=True,
-                   help="exported state dict (.pt), DeepSpeed checkpoint directory or official TSM .pth")
-    p.add_argument("--labels", default=None,
-                   help="label map, one class name a line (e.g. kinetics400_labels.txt); "
-                        "default: the checkpoint's class names")
-    p.add_argument("--top-k", type=int, default=5, help="classes shown per video (default 5)")
-    p.add_argument("--num-segments", type=int, default=None, help="T (default: the checkpoint's)")
-    p.add_argument("--img-size", type=int, default=None, help="crop size, pixels (default: the size the checkpoint was trained at, else 224)")
-    p.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
-                   help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
-    p.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 10],
-                   help="crops per clip: 1 centre, 3 full-res, 10 (default 1)")
-    p.add_argument("--average", choices=["logits", "prob"], default="logits",
-                   help="view averaging (default logits, as the official test code)")
-    p.add_argument("--online", action="store_true",
-                   help="stream frames through the online (uni-directional) TSM and print the running prediction")
-    p.add_argument("--window", type=int, default=12, help="online: frames in the running average (default 12)")
-    p.add_argument("--stride", type=int, default=2, help="online: use every n-th frame (default 2)")
-    p.add_argument("--every", type=int, default=1, help="online: print every n steps (0: final only)")
-    p.add_argument("--max-frames", type=int, default=None, help="online: stop after this many steps")
-    p.add_argument("--json", default=None, help="also write all predictions to this JSON file")
-    from tsm_ds.engine.eval_cli import add_official_args
-
-    add_official_args(p)
-    return p
-
-
-def main(argv: list[str]) -> int:
-    """``tsm-ds predict``; exit status 0, 1 when some video could not be read, 2 on a bad checkpoint."""
-    args = build_parser().parse_args(argv)
-    from tsm_ds.engine.eval_cli import load_from_args
-
-    loaded = load_from_args(args, "tsm-ds predict")
-    if loaded is None:
-        return 2
-    for note in loaded.notes:
-        print(f"note: {note}", file=sys.stderr)
-    model, names = loaded.model, loaded.class_names
-    num_segments = int(loaded.config.get("num_segments", 8))
-    if args.online and loaded.config.get("shift") != "online":
-        print(f"tsm-ds predict: --online needs a checkpoint trained with shift='online'; "
-              f"{args.checkpoint} has shift={loaded.config.get('shift')!r}", file=sys.stderr)
-        return 2
-    failed, results = 0, {}
-    for path in args.videos:
-        print(path, flush=True)
-        try:
-            if args.online:
-                r = predict_online(model, path, names, img_size=args.img_size, window=args.window,
-                                   stride=args.stride, max_frames=args.max_frames, every=args.every,
-                                   top_k=args.top_k)
-                best = r["final"]
-                print(f"  after {r['frames']} frames (last {min(args.window, r['frames'])} averaged):")
-                results[path] = {"top": best, "frames": r["frames"]}
-            else:
-                probs = predict_clip(model, path, num_segments=num_segments, img_size=args.img_size,
-                                     num_clips=args.num_clips, num_crops=args.num_crops,
-                                     average=args.average)
-                best = topk(probs, names, args.top_k)
-                results[path] = {"top": best}
-        except UnreadableVideo as e:
-            failed += 1
-            print(f"  error: {e}", flush=True)
-            results[path] = {"error": e.reason}
-            continue
-        for rank, (name, p) in enumerate(best, 1):
-            print(f"  {rank}. {name:40s} {p:.4f}")
-    if args.json:
-        from tsm_ds.engine.eval_report import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps({"checkpoint": str(args.checkpoint), "online": args.online,
-                                                 "predictions": results}, indent=2) + "\n")
-    if failed:
-        bad = [p for p, r in results.items() if "error" in r]
-        print(f"tsm-ds predict: {failed} of {len(args.videos)} videos could not be read: "
-              + "; ".join(f"{p} ({results[p]['error']})" for p in bad), file=sys.stderr)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -5,15 +5,15 @@ Source: official TSM code ``ops/models.py`` (class ``TSN``: ``_prepare_base_mode
 ``_prepare_tsn``, ``forward``, ``partialBN``/``train``) and ``ops/temporal_shift.py``
 (``make_temporal_shift``, ``make_temporal_pool``).
 
-Module layout mirrors the official one so that checkpoints map by name (see :mod:`.weights`):
+Module layout mirrors the official one so that checkpoints map by name (see :mod:`.official`):
 ``base_model`` is the torchvision network with its classifier replaced by ``nn.Dropout``
 (official: ``setattr(base_model, last_layer_name, nn.Dropout(p))``), ``new_fc`` the new linear
-head. Differences, all handled by :func:`tsm_ds.models.weights.official_key`:
+head. Differences, all handled by :func:`tsm_ds.models.official.official_key`:
 
 * ``blockres`` shifts are fused into the convolution (:class:`.shift.ShiftConv2d`, parameter
   ``layer1.0.conv1.weight``); official: ``TemporalShift`` wrapper, ``layer1.0.conv1.net.weight``.
 * MobileNetV2 is torchvision's (``features.N.conv.0.0.weight`` ...), the official code has its own
-  ``archs/mobilenet_v2.py`` (``features.N.conv.0.weight`` ...); mapping table in :mod:`.weights`.
+  ``archs/mobilenet_v2.py`` (``features.N.conv.0.weight`` ...); mapping table in :mod:`.official`.
 """
 from __future__ import annotations
 
@@ -185,7 +185,11 @@ def build_tsn(arch: str, num_classes: int, *, num_segments: int = 8,
               shift: str | None = "bidirectional", shift_div: int = 8, shift_place: str = "blockres",
               temporal_pool: bool = False, dropout: float = 0.5, partial_bn: bool = False,
               pretrained: str | None = None) -> TSN:
-    """TSM (shift set) or TSN (shift None) on a torchvision 2D backbone; see :func:`build_model`."""
+    """TSM (shift set) or TSN (shift None) on a torchvision 2D backbone.
+
+    Arguments, returns and errors as :func:`tsm_ds.models.registry.build_model` (the public entry
+    point, which dispatches here for the 2D archs).
+    """
     if arch not in ARCHS_2D:
         raise ValueError(f"unknown 2D arch {arch!r}; choose one of {ARCHS_2D}")
     if shift not in SHIFTS:
@@ -226,97 +230,3 @@ def build_tsn(arch: str, num_classes: int, *, num_segments: int = 8,
         elif temporal_pool:
             base.layer2 = TemporalPool(base.layer2, num_segments)
     return TSN(base, feature_dim, num_classes, config)
-
-
-def build_model(arch: str, num_classes: int, *, num_segments: int = 8,
-                shift: str | None = "bidirectional", shift_div: int = 8,
-                shift_place: str = "blockres", temporal_pool: bool = False, dropout: float = 0.5,
-                partial_bn: bool = False, pretrained: str | None = None) -> nn.Module:
-    """Build a video recognizer taking clips (N, T, 3, H, W) float32 -> logits (N, num_classes).
-
-    Args:
-        arch: resnet18 / resnet34 / resnet50 / resnet101 / mobilenet_v2 (TSM or TSN) or
-            i3d_resnet50 (the I3D baseline, :mod:`.i3d`; shift options must stay default/None).
-        num_classes: classes of the new fc head (Kinetics-400: 400).
-        num_segments: T, frames per clip.
-        shift: "bidirectional" (TSM), "online" (uni-directional TSM, adds ``model.step``) or
-            None (TSN).
-        shift_div: 1/shift_div of the channels move per direction (official 8).
-        shift_place: "blockres" (shift inside the residual branch, official default) or "block".
-        temporal_pool: temporal max pooling before layer2 (ResNets; halves T).
-        dropout: before the new fc (official Kinetics recipe 0.5).
-        partial_bn: freeze all BatchNorm layers except the first during training.
-        pretrained: path of a torchvision ImageNet state-dict file for the backbone (e.g.
-            ``resnet50-0676ba61.pth``), or None for random init.
-
-    Returns:
-        :class:`TSN` or :class:`.i3d.I3D`, with ``model.config`` = these arguments (with
-        ``pretrained`` recorded as None, so ``build_model(**model.config)`` works where the
-        ImageNet file is absent; load the trained weights into it).
-
-    Raises:
-        ValueError: unknown arch / option, or an incompatible combination.
-        FileNotFoundError / RuntimeError: from loading ``pretrained`` (see :mod:`.weights`).
-    """
-    if arch == "i3d_resnet50":
-        if shift not in (None, "bidirectional") or temporal_pool or shift_place != "blockres":
-            raise ValueError("i3d_resnet50 has no temporal shift options; pass shift=None")
-        from .i3d import build_i3d
-        return build_i3d(num_classes, num_segments=num_segments, dropout=dropout,
-                         pretrained=pretrained, partial_bn=partial_bn)
-    return build_tsn(arch, num_classes, num_segments=num_segments, shift=shift,
-                     shift_div=shift_div, shift_place=shift_place, temporal_pool=temporal_pool,
-                     dropout=dropout, partial_bn=partial_bn, pretrained=pretrained)
-
-
-def parameter_groups(model: nn.Module, *, weight_decay: float = 1e-4, fc_lr_mult: float = 5.0,
-                     fc_bias_lr_mult: float = 10.0, bias_lr_mult: float = 2.0
-                     ) -> list[dict[str, Any]]:
-    """Optimizer parameter groups as the official recipe (``TSN.get_optim_policies``).
-
-    Groups (empty ones omitted; parameters with ``requires_grad=False``, e.g. partial BN, skipped):
-
-    =============  ==================  ==============  ===========================================
-    name           weight_decay        lr_mult         parameters
-    =============  ==================  ==============  ===========================================
-    weight         ``weight_decay``    1               conv / linear weights of the backbone
-    bias           0                   bias_lr_mult    backbone biases (official lr x2)
-    bn             0                   1               BatchNorm weights and biases
-    fc_weight      ``weight_decay``    fc_lr_mult      the new fc weight (official x5)
-    fc_bias        0                   fc_bias_lr_mult the new fc bias (official x10)
-    =============  ==================  ==============  ===========================================
-
-    Pass ``fc_lr_mult=1, fc_bias_lr_mult=bias_lr_mult`` (the official ``fc_lr5=False``) when
-    fine-tuning from a checkpoint of the same dataset rather than ImageNet.
-
-    Returns:
-        list of {"params": [Parameter], "weight_decay": float, "lr_mult": float, "name": str};
-        the trainer multiplies its learning rate by ``lr_mult``.
-
-    Raises:
-        ValueError: a trainable parameter of an unsupported module type (nothing is dropped
-            silently).
-    """
-    head = getattr(model, "new_fc", None)
-    head_ids = {id(p) for p in head.parameters()} if head is not None else set()
-    groups: dict[str, list] = {k: [] for k in ("weight", "bias", "bn", "fc_weight", "fc_bias")}
-    seen: set[int] = set()
-    norm_types = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
-    for mod_name, mod in model.named_modules():
-        for p_name, p in mod.named_parameters(recurse=False):
-            if id(p) in seen or not p.requires_grad:
-                continue
-            seen.add(id(p))
-            if id(p) in head_ids:
-                groups["fc_weight" if p_name == "weight" else "fc_bias"].append(p)
-            elif isinstance(mod, norm_types):
-                groups["bn"].append(p)
-            elif isinstance(mod, (nn.Conv2d, nn.Conv3d, nn.Linear)):
-                groups["weight" if p_name == "weight" else "bias"].append(p)
-            else:
-                raise ValueError(f"parameter_groups: no rule for parameter {mod_name}.{p_name} "
-                                 f"of {type(mod).__name__}")
-    spec = {"weight": (weight_decay, 1.0), "bias": (0.0, bias_lr_mult), "bn": (0.0, 1.0),
-            "fc_weight": (weight_decay, fc_lr_mult), "fc_bias": (0.0, fc_bias_lr_mult)}
-    return [{"params": ps, "weight_decay": spec[k][0], "lr_mult": spec[k][1], "name": k}
-            for k, ps in groups.items() if ps]

@@ -1,4 +1,4 @@
-"""Model complexity (parameters, multiply-adds, FLOPs) and the ``tsm-ds models`` table.
+"""Model complexity (parameters, multiply-adds, FLOPs) and the rows of the ``tsm-ds models`` table.
 
 Counting: ``torch.utils.flop_counter.FlopCounterMode`` counts convolutions and matrix products at
 2 FLOPs per multiply-add; the TSM paper (Table 1, "FLOPs") counts multiply-adds, so both are
@@ -8,20 +8,19 @@ for I3D at 32 frames.
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import sys
 from typing import Any
 
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .registry import build_model
+
 
 def _meta_copy(model: nn.Module) -> nn.Module:
     config = getattr(model, "config", None)
     if config is not None:
-        from .tsm import build_model
         with torch.device("meta"):
             meta = build_model(**{**config, "pretrained": None})
     else:
@@ -76,8 +75,6 @@ def table_rows(num_classes: int = 400, img_size: int = 224, num_segments: int | 
 
     ``num_segments`` None keeps each row's default (8; 32 for the I3D-32f row).
     """
-    from .tsm import build_model
-
     rows = []
     for label, kwargs, frames in TABLE_MODELS:
         t = num_segments or frames
@@ -89,35 +86,3 @@ def table_rows(num_classes: int = 400, img_size: int = 224, num_segments: int | 
                      "params_M": round(c["params"] / 1e6, 2), "GMACs": round(c["macs"] / 1e9, 2),
                      "GFLOPs": round(c["flops"] / 1e9, 2)})
     return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``tsm-ds models``: print the table of supported architectures (markdown)."""
-    p = argparse.ArgumentParser(prog="tsm-ds models", description=(
-        "Parameters and per-clip multiply-adds (the paper's 'FLOPs') / FLOPs (torch's count, "
-        "2 per multiply-add) of the supported architectures."))
-    p.add_argument("--num-classes", type=int, default=400, help="classes of the fc head (400)")
-    p.add_argument("--img-size", type=int, default=224, help="frame height = width in pixels")
-    p.add_argument("--num-segments", type=int, default=None,
-                   help="frames per clip for every row (default: 8; 32 for the I3D-32f row)")
-    p.add_argument("--json", default=None, help="also write the rows to this JSON file")
-    args = p.parse_args(argv)
-    from tsm_ds.bench.report import markdown_table
-
-    rows = table_rows(args.num_classes, args.img_size, args.num_segments)
-    print(f"Per clip of N=1, {args.img_size}x{args.img_size}, {args.num_classes} classes. "
-          "GMACs = multiply-adds (the TSM paper's 'FLOPs'); GFLOPs = torch.utils.flop_counter "
-          "(2 per multiply-add).\n")
-    print(markdown_table(rows), end="")
-    if args.json:
-        import json
-        import os
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(rows, f, indent=2)
-        os.replace(tmp, args.json)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``tsm-ds export``: a checkpoint to a ``torch.export`` program (.pt2) and ONNX, checked against PyTorch.
+"""Export a model to a ``torch.export`` program (.pt2) and ONNX, checked against PyTorch.
 
 Two graphs can be exported:
 
@@ -30,17 +30,16 @@ largest cache value). The figures go to ``export.json``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
 from torch.utils import _pytree as pytree
+
+from tsm_ds.utils.io import atomic_path, atomic_write_text
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-5
@@ -96,23 +95,6 @@ def initial_caches(model: nn.Module, frame: torch.Tensor) -> tuple[list[torch.Te
     return [torch.zeros_like(t) for t in leaves], spec
 
 
-def _atomic_target(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary name keeps the extension: torch.export.save checks for ".pt2"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.tmp.", suffix=path.suffix)
-    os.close(fd)
-    return tmp
-
-
-def _replace(tmp: str, path: Path) -> None:
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def batch_dynamic_shapes(num_inputs: int, *, varargs: bool = False):
     """``dynamic_shapes`` making dim 0 of every input one symbolic size ``batch`` in [1, 4096].
 
@@ -146,9 +128,8 @@ def export_program(module: nn.Module, inputs: Sequence[torch.Tensor], path: str 
     module.eval()
     program = torch.export.export(module, tuple(inputs), dynamic_shapes=dynamic_shapes)
     path = Path(path)
-    tmp = _atomic_target(path)
-    torch.export.save(program, tmp)
-    _replace(tmp, path)
+    with atomic_path(path, suffix=path.suffix) as tmp:   # torch.export.save checks for ".pt2"
+        torch.export.save(program, tmp)
     return program
 
 
@@ -182,9 +163,8 @@ def export_onnx(program: torch.export.ExportedProgram, path: str | os.PathLike, 
     if metadata:  # onnx_ir model: what ONNXProgram.save serialises
         onnx_program.model.metadata_props.update({str(k): str(v) for k, v in metadata.items()})
     path = Path(path)
-    tmp = _atomic_target(path)
-    onnx_program.save(tmp, external_data=False)
-    _replace(tmp, path)
+    with atomic_path(path, suffix=path.suffix) as tmp:
+        onnx_program.save(tmp, external_data=False)
     return path
 
 
@@ -339,67 +319,5 @@ def export_model(model: nn.Module, out_dir: str | os.PathLike, *, num_segments: 
             report["check"]["onnx"] = {**compare(reference, outputs, atol=atol, rtol=rtol),
                                        "onnxruntime": onnxruntime.__version__}
     report["ok"] = all(c.get("ok", True) for c in report["check"].values())
-    from tsm_ds.engine.eval_report import atomic_write_text
     atomic_write_text(out / "export.json", json.dumps(report, indent=2, default=str) + "\n")
     return report
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tsm-ds export`` argument parser."""
-    p = argparse.ArgumentParser(prog="tsm-ds export", description=__doc__.split("\n\n")[0].replace("``", ""),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True,
-                   help="exported state dict (.pt: state_dict, model_config, class_names), a DeepSpeed "
-                        "run directory, or an official TSM checkpoint (.pth)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--name", default="model", help="file stem (default: model)")
-    p.add_argument("--formats", nargs="+", default=["pt2", "onnx"], choices=["pt2", "onnx"])
-    p.add_argument("--online", action="store_true",
-                   help="export the online model's single step with explicit shift caches")
-    p.add_argument("--num-segments", type=int, default=None,
-                   help="T of the exported clip (default: the checkpoint's)")
-    p.add_argument("--img-size", type=int, default=None, help="input height = width, pixels (default: the size the checkpoint was trained at, else 224)")
-    p.add_argument("--batch-size", type=int, default=2,
-                   help="example batch size (default 2; the exported batch dim is dynamic unless --static-batch)")
-    p.add_argument("--static-batch", action="store_true", help="fix the batch size instead of a dynamic dim")
-    p.add_argument("--labels", default=None, help="label map file (one class name a line) when the "
-                                                  "checkpoint has no class names")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL)
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL)
-    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
-    from tsm_ds.engine.eval_cli import add_official_args
-
-    add_official_args(p)
-    return p
-
-
-def main(argv: list[str]) -> int:
-    """``tsm-ds export``: returns 0 when every written file matched PyTorch within tolerance, else 1."""
-    args = build_parser().parse_args(argv)
-    from tsm_ds.engine.eval_cli import load_from_args
-
-    loaded = load_from_args(args, "tsm-ds export")
-    if loaded is None:
-        return 2
-    model = loaded.model
-    num_segments = args.num_segments or int(loaded.config.get("num_segments", 8))
-    meta = {"checkpoint": str(args.checkpoint), "class_names": loaded.class_names,
-            "model_config": loaded.config}
-    report = export_model(model, args.out, num_segments=num_segments, img_size=args.img_size,
-                          batch_size=args.batch_size, online=args.online, formats=args.formats,
-                          dynamic_batch=not args.static_batch, name=args.name, atol=args.atol,
-                          rtol=args.rtol, opset=args.opset, metadata=meta)
-    for fmt, path in report["files"].items():
-        check = report["check"].get(fmt, {})
-        if "max_abs_diff" in check:
-            status = "OK" if check["ok"] else "MISMATCH"
-            print(f"{fmt}: {path}  max |diff| {check['max_abs_diff']:.3g} (rel {check['max_rel_diff']:.3g}); "
-                  f"limit atol {args.atol:g} + rtol {args.rtol:g} x max|output|: {status}")
-        else:
-            print(f"{fmt}: {path}  ({check.get('onnxruntime', 'not checked')})")
-    print(f"report: {Path(args.out) / 'export.json'}")
-    return 0 if report["ok"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

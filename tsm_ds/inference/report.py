@@ -23,37 +23,12 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and ``os.replace``.
-
-    A reader never sees a half-written file; the parent directory is created when missing.
-    Returns the path. Raises OSError when the directory is not writable.
-    """
-    path = Path(path)
-    _atomic_write_bytes(path, text.encode("utf-8"))
-    return path
+from tsm_ds.utils.io import atomic_write_bytes, atomic_write_text
 
 
 def _csv_text(rows: Sequence[Sequence[Any]]) -> str:
@@ -192,7 +167,7 @@ def plot_confusion(cm: np.ndarray, class_names: Sequence[str], path: str | os.Pa
     finally:
         plt.close(fig)
     path = Path(path)
-    _atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
@@ -270,7 +245,7 @@ def write_eval_results(out_dir: str | os.PathLike, *, scores: np.ndarray, labels
     buf = io.BytesIO()
     np.savez(buf, indices=indices, scores=scores.astype(np.float32), labels=labels)
     files["scores.npz"] = out / "scores.npz"
-    _atomic_write_bytes(files["scores.npz"], buf.getvalue())
+    atomic_write_bytes(files["scores.npz"], buf.getvalue())
 
     atomic_write_text(files["confusion.csv"], _csv_text(
         [["true\\predicted"] + list(class_names)] + [[name] + [int(v) for v in cm[i]]

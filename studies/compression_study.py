@@ -1,6 +1,6 @@
 """Convergence study behind the compression docs: 1-bit vs fp32 all-reduce on a small MLP.
 
-``python -m tsm_ds.engine.compression_study --out-dir DIR`` trains a 3-layer MLP (32-128-128-8,
+``python studies/compression_study.py --out-dir DIR`` trains a 3-layer MLP (32-128-128-8,
 21,800 parameters, ReLU) on a synthetic 8-class task (labels = argmax of a fixed random linear
 teacher; 2,048 samples, each of 2 gloo ranks takes every second one) for ``--steps`` optimizer
 steps of 32 samples per rank at a constant learning rate, once per (optimizer, communication)
@@ -11,7 +11,7 @@ Communication: ``fp32`` (exact mean of the gradients) or ``onebit c=<chunk_size>
 0.9 lr 0.05, SGD without momentum lr 0.05, ``timm.optim.Lamb`` lr 0.01, ``timm.optim.Lars`` lr 2.
 
 It is a small-scale sanity study (minutes on 2 CPU cores), not evidence about TSM on Kinetics.
-Writes ``compression_study.json`` / ``.md`` via :func:`tsm_ds.bench.report.write_report`.
+Writes ``compression_study.json`` / ``.md`` via :func:`tsm_ds.utils.io.write_report`.
 """
 from __future__ import annotations
 
@@ -85,12 +85,12 @@ def _rank(rank: int, port: int, runs, seeds: int, steps: int, queue) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the study and write the report; returns 0."""
-    ap = argparse.ArgumentParser(prog="python -m tsm_ds.engine.compression_study", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python studies/compression_study.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default="bench_out")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=300)
     args = ap.parse_args(argv)
-    from tsm_ds.bench.report import write_report
+    from tsm_ds.utils.io import write_report
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -1,0 +1,91 @@
+"""``tsm-ds eval``: multi-view evaluation of a checkpoint, on one process or many.
+
+One process::
+
+    tsm-ds eval --checkpoint runs/x/best_model.pt --data ../shared/data --split val \\
+        --num-clips 10 --num-crops 3 --out results/x
+
+Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
+:func:`tsm_ds.engine.evaluate.gather_predictions`)::
+
+    deepspeed --num_gpus 2 --module tsm_ds.cli.eval --checkpoint ... --data ... --out ...
+    torchrun --nproc_per_node 2 -m tsm_ds.cli.eval ...          # works the same
+
+Checkpoints (:func:`tsm_ds.inference.loading.load_for_inference`): the trainer's exported plain state dict
+(``{"state_dict", "model_config", "class_names"}``), a DeepSpeed run/checkpoint directory, or an
+official TSM checkpoint file (``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth``;
+class names from ``--labels``, e.g. ``kinetics400_labels.txt``).
+
+Views are averaged as logits by default (as the official ``test_models.py``; see
+:mod:`tsm_ds.inference.views`); ``--average prob`` averages softmax probabilities.
+Results (rank 0 writes them): see :mod:`tsm_ds.inference.report`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tsm_ds.cli._common import add_official_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tsm-ds eval`` argument parser."""
+    p = argparse.ArgumentParser(prog="tsm-ds eval", description=__doc__.split("\n\n")[0].replace("``", ""),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True,
+                   help="exported state dict file, DeepSpeed checkpoint directory, or official TSM .pth")
+    p.add_argument("--labels", default=None,
+                   help="label map (one class name a line), e.g. kinetics400_labels.txt; "
+                        "needed for official checkpoints, overrides the checkpoint's names")
+    d = p.add_argument_group("data")
+    d.add_argument("--data", default=None,
+                   help="class-folder root (<root>/<class>/<video>); with --split, a root holding "
+                        "manifest.csv and videos/ (../shared/data)")
+    d.add_argument("--split", choices=["train", "val"], default=None,
+                   help="with --data: the source-video split of manifest.csv (tsm_ds.data.records."
+                        "split_by_source_group)")
+    d.add_argument("--list", default=None, help="video list file: '<path> <label>' lines")
+    d.add_argument("--root", default=None, help="root that --list paths are relative to")
+    v = p.add_argument_group("test protocol")
+    v.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
+                   help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
+    v.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 10],
+                   help="crops per clip: 1 centre, 3 full-res, 10 corners+centre+flips (default 1)")
+    v.add_argument("--sampling", choices=["tsn", "dense"], default=None,
+                   help="override the protocol's sampling (default: dense for 10 clips, else tsn)")
+    v.add_argument("--num-segments", type=int, default=None, help="T (default: the checkpoint's)")
+    v.add_argument("--img-size", type=int, default=None, help="crop size, pixels (default: the size the checkpoint was trained at, else 224)")
+    v.add_argument("--average", choices=["logits", "prob"], default="logits",
+                   help="average views as logits (default, as the official test code) or probabilities")
+    r = p.add_argument_group("run")
+    r.add_argument("--batch-size", type=int, default=1, help="videos per rank per step (default 1)")
+    r.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank")
+    r.add_argument("--max-clips", type=int, default=None,
+                   help="clips per model call, to bound memory with many views (default: all)")
+    r.add_argument("--out", required=True, help="results directory")
+    r.add_argument("--no-plot", action="store_true", help="skip confusion.png")
+    r.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    add_official_args(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """``tsm-ds eval``; returns 0 on success, 2 on bad arguments/checkpoint/data (message on stderr)."""
+    args = build_parser().parse_args(argv)
+    from tsm_ds.inference.evaluate import evaluate
+    from tsm_ds.models.weights import CheckpointError
+
+    try:
+        metrics = evaluate(args)
+    except (FileNotFoundError, ValueError, CheckpointError) as e:
+        print(f"tsm-ds eval: {e}", file=sys.stderr)
+        return 2
+    if metrics is not None:
+        print(f"top-1 {metrics['top1']:.2f}%  top-5 {metrics['top5']:.2f}%  "
+              f"mean class accuracy {metrics['mean_class_accuracy']:.2f}%  ({metrics['videos']} videos)")
+        print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

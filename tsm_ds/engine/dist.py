@@ -1,0 +1,100 @@
+"""Process and distributed set-up: accelerator choice, threads per rank, process group, /dev/shm.
+
+Used by training, evaluation and the benchmarks. CPU ranks sharing a machine must split its cores
+(``../shared/ds_cpu_notes.md``: 2 unpinned ranks on 2 cores ran ~10x slower), and DeepSpeed's CPU
+accelerator leaves a 69 MB /dev/shm buffer per rank unless it is removed at exit.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def set_accelerator_env() -> str | None:
+    """DS_ACCELERATOR=cpu when CUDA is absent and the variable is unset (before deepspeed is imported)."""
+    if "DS_ACCELERATOR" in os.environ:
+        return None
+    if torch.cuda.is_available():
+        return None
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    return "no CUDA device: set DS_ACCELERATOR=cpu (DeepSpeed's CPU accelerator, gloo)"
+
+
+def set_threads() -> str:
+    """Give each local rank its own cores: torch threads = usable cores / local ranks.
+
+    Returns a one-line description of the choice, for the log.
+
+    Skipped when OMP_NUM_THREADS is set (``--bind_cores_to_rank`` sets it) or when the launcher
+    reports no local world size. 2 unpinned ranks on 2 cores ran ~10x slower (ds_cpu_notes.md).
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} given: torch threads {torch.get_num_threads()}"
+    local = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = max(1, cores // max(1, local))
+    torch.set_num_threads(n)
+    return f"{cores} cores / {local} local ranks: torch threads {n} (set OMP_NUM_THREADS to override)"
+
+
+def init_distributed_from_env() -> tuple[int, int]:
+    """Join the process group when launched by ``deepspeed`` / ``torchrun`` / mpirun (world size > 1).
+
+    Uses ``deepspeed.init_distributed`` (gloo on CPU, nccl on CUDA) and pins each rank to its
+    LOCAL_RANK GPU when there are GPUs; on CPU without OMP_NUM_THREADS each rank takes
+    cpu_count // local ranks threads. Returns (rank, world size); (0, 1) for a plain process.
+    """
+    # torchrun / deepspeed's pdsh launcher set WORLD_SIZE; --launcher openmpi sets OMPI_* (then
+    # deepspeed.init_distributed discovers ranks through mpi4py)
+    world = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")
+    if world <= 1:
+        return 0, 1
+    if not dist.is_initialized():
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        elif "OMP_NUM_THREADS" not in os.environ:
+            # ranks sharing a CPU must split its cores (ds_cpu_notes.md: ~10x slower otherwise)
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local)))
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+        release_cpu_shm_at_exit()
+    return dist.get_rank(), dist.get_world_size()
+
+
+_SHM_REGISTERED: set[Path] = set()
+
+
+def release_cpu_shm_at_exit() -> Path | None:
+    """Unlink this rank's DeepSpeed CPU all-reduce buffer in /dev/shm when the process exits.
+
+    DeepSpeed 0.19.8's CPU accelerator (``ops/csrc/cpu/comm/shm.cpp``, ``shm_initialize``) creates
+    ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` (69 MB per
+    rank) when all ranks are local, and never unlinks it (``shared_close`` is never called). /dev/shm
+    is RAM: measured here, 314 leftover buffers (21 GB) from earlier runs filled it until the
+    kernel killed the test suite. Once every rank has mapped its peers' buffers (at init), the
+    name is no longer needed, so each rank removes its own at exit (a SIGKILLed rank cannot).
+
+    Returns the path registered for removal (it may not exist: ranks on several hosts make none),
+    or None (no process group, or not DeepSpeed's CPU accelerator). A world of one makes a buffer
+    too when ``LOCAL_SIZE`` is 1. Call after ``deepspeed.init_distributed``.
+    """
+    import atexit
+
+    if not dist.is_initialized():
+        return None
+    from deepspeed.accelerator import get_accelerator
+    if get_accelerator().device_name() != "cpu":
+        return None
+    path = Path("/dev/shm") / (f"deepspeed_allreduce_buffer_{os.getuid()}_"
+                               f"{os.environ.get('MASTER_ADDR', '')}_{os.environ.get('MASTER_PORT', '')}_"
+                               f"{dist.get_rank()}")
+    if path not in _SHM_REGISTERED:
+        _SHM_REGISTERED.add(path)
+        atexit.register(path.unlink, missing_ok=True)
+    return path

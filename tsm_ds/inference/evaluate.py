@@ -1,0 +1,138 @@
+"""Multi-view evaluation of a checkpoint on one process or many (the library half of ``tsm-ds eval``).
+
+Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
+:func:`tsm_ds.engine.evaluate.gather_predictions`). Views are averaged as logits by default (as
+the official ``test_models.py``; see :mod:`tsm_ds.inference.views`); ``average="prob"`` averages
+softmax probabilities. Results (rank 0 writes them): see :mod:`tsm_ds.inference.report`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+import torch
+
+from tsm_ds.engine.dist import init_distributed_from_env
+from tsm_ds.inference.loading import checkpoint_overrides, load_for_inference, resolve_img_size
+
+
+def _norm(name: str) -> str:
+    from tsm_ds.data.records import normalize_class_name
+
+    return normalize_class_name(name).lower()
+
+
+def map_labels(dataset_classes: Sequence[str] | None, model_classes: Sequence[str]) -> list[int] | None:
+    """Map dataset label i to the model's class index by name (``tai_chi`` == ``tai chi``; names
+    compared after the official folder-name normalisation, ``normalize_class_name``, and lower case).
+
+    Args:
+        dataset_classes: the dataset's class names in label order, or None (a list file with integer
+            labels: they are taken to be the model's indices already).
+        model_classes: the checkpoint's K class names.
+
+    Returns:
+        ``mapping[i]`` = model index of dataset class i, or None when no mapping is needed (same
+        names in the same order, or no dataset names).
+
+    Raises:
+        ValueError: a dataset class that the model does not know (named in the message).
+    """
+    if dataset_classes is None or list(dataset_classes) == list(model_classes):
+        return None
+    index = {_norm(n): i for i, n in enumerate(model_classes)}
+    missing = [c for c in dataset_classes if _norm(c) not in index]
+    if missing:
+        raise ValueError(f"dataset classes {missing} are not among the checkpoint's {len(model_classes)} "
+                         "classes; evaluate on the classes the model was trained on (or pass --labels)")
+    mapping = [index[_norm(c)] for c in dataset_classes]
+    return None if mapping == list(range(len(model_classes))) else mapping
+
+
+def load_records(args: argparse.Namespace) -> tuple[list, list[str] | None]:
+    """The evaluation records and the dataset's class names (None for list files) from the CLI flags.
+
+    ``--list FILE [--root DIR]``: a video list (``path label`` lines); ``--data DIR``: class folders,
+    all videos, or with ``--split val|train`` the manifest-based split of ../shared/data/videos.
+    Raises ValueError when neither is given or nothing is found.
+    """
+    from tsm_ds.data import records as rec
+
+    if args.list:
+        records = rec.read_video_list(args.list, root=args.root)
+        names = None
+    elif args.data:
+        if args.split:
+            train, val, names = rec.split_by_source_group(args.data)
+            records = val if args.split == "val" else train
+        else:
+            records, names = rec.read_class_folders(args.data)
+    else:
+        raise ValueError("give the videos to evaluate: --data DIR (class folders) or --list FILE")
+    if not records:
+        raise ValueError(f"no videos found in {args.list or args.data}")
+    return list(records), (list(names) if names is not None else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# distributed
+
+
+def evaluate(args: argparse.Namespace) -> dict | None:
+    """Run the evaluation described by parsed ``tsm-ds eval`` arguments (see :mod:`tsm_ds.cli.eval`).
+
+    Returns the metrics dict on rank 0 (also written to ``args.out``), None on other ranks.
+    Raises ValueError / FileNotFoundError for bad checkpoints or data (see :func:`load_for_inference`).
+    """
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    from tsm_ds.data.dataset import VideoClipDataset
+    from tsm_ds.engine.evaluate import gather_predictions
+    from tsm_ds.inference.report import write_eval_results
+    from tsm_ds.inference.views import MultiViewForward, view_protocol
+
+    rank, world = init_distributed_from_env()
+    protocol = view_protocol(args.num_clips, args.num_crops, args.sampling)
+    loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
+    if torch.cuda.is_available():
+        loaded.model.cuda()
+    num_segments = int(loaded.config.get("num_segments", args.num_segments or 8))
+    args.img_size = resolve_img_size(args.img_size, loaded)
+    records, ds_names = load_records(args)
+    mapping = map_labels(ds_names, loaded.class_names)
+    dataset = VideoClipDataset(records, num_segments=num_segments, img_size=args.img_size,
+                               **protocol.dataset_kwargs())
+    sampler = DistributedSampler(dataset, shuffle=False) if world > 1 else None
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, shuffle=False,
+                        num_workers=args.workers)
+    if rank == 0:
+        for note in loaded.notes:
+            print(f"note: {note}", file=sys.stderr)
+        print(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
+              f"{args.img_size}px, average={args.average}, world size {world}", flush=True)
+    forward = MultiViewForward(protocol.num_views, args.average, max_clips=args.max_clips)
+    indices, scores, labels = gather_predictions(loaded.model, loader, forward=forward)
+    if len(indices) != len(dataset):
+        raise RuntimeError(f"scored {len(indices)} of {len(dataset)} videos")
+    metrics = None
+    if rank == 0:
+        labels_np = labels.numpy()
+        if mapping is not None:
+            labels_np = [mapping[i] for i in labels_np]
+        meta = {"checkpoint": str(args.checkpoint), "checkpoint_kind": loaded.source,
+                "model_config": loaded.config, "protocol": protocol.describe(),
+                "num_clips": protocol.num_clips, "num_crops": protocol.num_crops,
+                "sampling": protocol.sampling, "num_segments": num_segments, "img_size": args.img_size,
+                "world_size": world, "data": args.list or args.data, "split": args.split}
+        metrics = write_eval_results(args.out, scores=scores.numpy(), labels=labels_np,
+                                     class_names=loaded.class_names,
+                                     paths=[str(records[i].path) for i in indices.tolist()],
+                                     indices=indices.numpy(), average=args.average, meta=meta,
+                                     plot=not args.no_plot)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+    return metrics
