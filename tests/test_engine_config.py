@@ -181,6 +181,23 @@ def test_load_config_errors(tmp_path):
         load_config(tmp_path / "bad.json")
 
 
+def test_recipe_by_name_or_path(tmp_path, monkeypatch):
+    from tsm_ds.engine.config import recipe_names, resolve_recipe
+
+    shipped = REPO / "ds_configs" / "cpu_fp32.json"
+    monkeypatch.chdir(tmp_path)                       # names work from any directory
+    assert resolve_recipe("cpu_fp32").resolve() == shipped
+    assert resolve_recipe("cpu_fp32.json").resolve() == shipped
+    assert load_config("cpu_fp32") == json.loads(shipped.read_text())
+    assert set(recipe_names()) == {p.stem for p in (REPO / "ds_configs").glob("*.json")}
+    (tmp_path / "cpu_fp32.json").write_text("{}")     # an existing file wins over the shipped name
+    assert resolve_recipe("cpu_fp32.json").resolve() == tmp_path / "cpu_fp32.json"
+    with pytest.raises(ConfigError, match=r"cpu_fp3: engine JSON not found; .*cpu_fp32, "):
+        resolve_recipe("cpu_fp3")
+    with pytest.raises(ConfigError, match="not found"):   # a path is never looked up by name
+        resolve_recipe("sub/cpu_fp32.json")
+
+
 RECIPE_DEVICE = {"gpu": "cuda", "cpu": "cpu"}
 
 

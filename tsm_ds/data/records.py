@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tsm_ds.utils.io import atomic_write_text
+
 __all__ = ["VideoRecord", "VIDEO_EXTENSIONS", "normalize_class_name", "read_label_map",
            "read_class_folders", "read_video_list", "write_video_list", "read_kinetics_csv",
            "kinetics_clip_name", "split_by_source_group"]
@@ -158,15 +160,13 @@ def read_video_list(path: str | os.PathLike, root: str | os.PathLike | None = No
 def write_video_list(path: str | os.PathLike, records: list[VideoRecord], *,
                      root: str | os.PathLike | None = None) -> None:
     """Write records as a list file (``path label``, or ``dir num_frames label`` for records with
-    num_frames), paths relative to ``root`` when given. Written atomically (tmp + os.replace)."""
+    num_frames), paths relative to ``root`` when given. Written atomically (:func:`tsm_ds.utils.io.atomic_write_text`)."""
     path = Path(path)
     lines = []
     for r in records:
         p = os.path.relpath(r.path, root) if root is not None else r.path
         lines.append(f"{p} {r.num_frames} {r.label}" if r.num_frames else f"{p} {r.label}")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
 
 
 def kinetics_clip_name(youtube_id: str, time_start: float | str, time_end: float | str,

@@ -18,7 +18,6 @@ write go through a temporary name and ``os.replace``.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -27,19 +26,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
+
 COMPLETE = "complete.json"
-
-
-def _atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _barrier() -> None:
@@ -141,11 +130,11 @@ class CheckpointManager:
         _barrier()
         engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
         tag_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_torch_save(rank_state, tag_dir / f"rank{self.rank:05d}.pt")
+        atomic_torch_save(rank_state, tag_dir / f"rank{self.rank:05d}.pt")
         _barrier()
         if self.rank == 0:
-            _atomic_text(tag_dir / COMPLETE, json.dumps({"step": int(step), "world_size": self.world}) + "\n")
-            _atomic_text(self.dir / "latest", tag)
+            atomic_write_text(tag_dir / COMPLETE, json.dumps({"step": int(step), "world_size": self.world}) + "\n")
+            atomic_write_text(self.dir / "latest", tag)
             self._prune(best_tag, current=tag)
         _barrier()
         return tag
@@ -203,7 +192,7 @@ def export_model(path: str | Path, module: torch.nn.Module, *, class_names: list
     obj.update(extra or {})
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_torch_save(obj, p)
+    atomic_torch_save(obj, p)
 
 
 def load_finetune_weights(model: torch.nn.Module, path: str | Path) -> dict:

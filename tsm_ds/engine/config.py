@@ -461,8 +461,6 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
 
 def save_resolved(path: str | Path, record: dict) -> None:
     """Write the run's full resolved configuration (flags + engine JSON) atomically as JSON."""
-    import os
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, p)
+    from tsm_ds.utils.io import atomic_write_text
+
+    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")

@@ -17,9 +17,7 @@ same batches and the same dropout draws as an uninterrupted one.
 """
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import sys
 import time

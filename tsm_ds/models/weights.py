@@ -6,10 +6,7 @@ Official TSM checkpoint import (file names, key mapping) is :mod:`.official`.
 from __future__ import annotations
 
 import os
-import re
-import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn as nn
