@@ -1,5 +1,5 @@
-"""tsm-ds bench dispatch (cli), the combined 'all' run (scale only here: fast), plots and the
-report helpers."""
+"""tsm-ds bench dispatch (tsm_ds.cli.bench), the combined 'all' run (tsm_ds.bench.runner; scale
+only here: fast), plots and the report helpers (tsm_ds.utils.io)."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds.bench import cli, plots, report
-from tsm_ds.bench import scaling as S
+from tsm_ds.bench import plots, runner
+from tsm_ds.bench import scaling as S  # noqa: F401  (the package imports without torch)
+from tsm_ds.cli import bench as cli
+from tsm_ds.utils import io as report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -125,7 +127,7 @@ def test_summary_collects_headline_numbers(tmp_path):
         {"input": "real clips (17)", "loader": "decord", "clips_per_s": None, "error": "absent"}], tmp_path)
     results = [{"bench": "models", "argv": "--out X", "rc": 0, "seconds": 1.0, "status": "ok"},
                {"bench": "comm", "argv": "", "rc": 1, "seconds": 2.0, "status": "failed (exit 1)"}]
-    md = cli.write_summary(tmp_path, results, plots.make_plots(tmp_path), quick=True, started=0.0)
+    md = runner.write_summary(tmp_path, results, plots.make_plots(tmp_path), quick=True, started=0.0)
     text = md.read_text()
     assert "- TSM-R50 / TSN-R50 throughput (measured here): train 0.80x, infer 0.80x" in text
     assert "- TSM-R50 / I3D-R50-32f throughput (measured here): train 4.00x, infer 5.00x" in text

@@ -6,24 +6,27 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds import demo
+from tsm_ds.bench import demo
+from tsm_ds.cli import demo as demo_cli
 
 
 def _args(*extra: str):
-    return demo.build_parser().parse_args(["--out", "unused", *extra])
+    return demo_cli.build_parser().parse_args(["--out", "unused", *extra])
 
 
 def _script_args(cmd: list[str]) -> list[str]:
-    """What follows tsm_ds/train.py in a launcher command."""
-    return cmd[cmd.index(str(demo.TRAIN_SCRIPT)) + 1:]
+    """What follows the training module (``--module tsm_ds.train``) in a launcher command."""
+    assert cmd[cmd.index(demo.TRAIN_MODULE) - 1] == "--module"
+    return cmd[cmd.index(demo.TRAIN_MODULE) + 1:]
 
 
 def test_tsm_and_tsn_commands_differ_only_in_the_shift_and_run_name(tmp_path):
     data = {"train_list": str(tmp_path / "train.txt"), "val_list": str(tmp_path / "val.txt"),
             "root": str(tmp_path)}
     args = _args("--epochs", "3", "--batch-size", "12", "--nproc", "3")
-    tsm = demo.train_command("tsm", args, data, tmp_path / "runs")
-    tsn = demo.train_command("tsn", args, data, tmp_path / "runs")
+    settings = demo_cli.training_settings(args)
+    tsm = demo.train_command("tsm", settings, data, tmp_path / "runs")
+    tsn = demo.train_command("tsn", settings, data, tmp_path / "runs")
     # the launcher: 3 ranks on this machine
     assert tsm[tsm.index("--num_gpus") + 1] == "3"
     a, b = _script_args(tsm), _script_args(tsn)
@@ -42,16 +45,16 @@ def test_tsm_and_tsn_commands_differ_only_in_the_shift_and_run_name(tmp_path):
 
 
 def test_bad_arguments_return_2(capsys):
-    assert demo.main(["--models", "tsm,i3d"]) == 2
+    assert demo_cli.main(["--models", "tsm,i3d"]) == 2
     assert "i3d" not in demo.MODELS and "--models" in capsys.readouterr().err
-    assert demo.main(["--batch-size", "5", "--nproc", "2"]) == 2
+    assert demo_cli.main(["--batch-size", "5", "--nproc", "2"]) == 2
     assert "not divisible" in capsys.readouterr().err
 
 
 def test_videos_no_longer_than_the_clip_are_refused(tmp_path, capsys):
     """8-frame videos with 8 segments: validation clips would be frame 0 repeated (no motion)."""
-    assert demo.main(["--out", str(tmp_path / "d"), "--num-frames", "8", "--num-segments", "8",
-                      "--dry-run"]) == 2
+    assert demo_cli.main(["--out", str(tmp_path / "d"), "--num-frames", "8", "--num-segments", "8",
+                          "--dry-run"]) == 2
     assert "--num-frames 8 must exceed --num-segments 8" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()  # refused before generating anything
     args = _args()
@@ -75,9 +78,9 @@ def test_demo_end_to_end_through_the_launcher(tmp_path, capsys):
     """Two launcher runs (2 ranks each) of one optimizer step on 8 clips: the plumbing, not the
     accuracy (that needs minutes; see the README's demo section)."""
     out = tmp_path / "demo"
-    code = demo.main(["--out", str(out), "--train-per-class", "2", "--val-per-class", "1",
-                      "--num-frames", "10", "--epochs", "1", "--batch-size", "8", "--warmup-steps", "1",
-                      "--num-workers", "0"])
+    code = demo_cli.main(["--out", str(out), "--train-per-class", "2", "--val-per-class", "1",
+                          "--num-frames", "10", "--epochs", "1", "--batch-size", "8", "--warmup-steps", "1",
+                          "--num-workers", "0"])
     printed = capsys.readouterr().out
     assert code == 0, printed
     report = json.loads((out / "demo_results.json").read_text())

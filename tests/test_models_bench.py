@@ -3,7 +3,7 @@ import json
 
 import torch
 
-from tsm_ds.bench import models as bench
+from tsm_ds.cli import bench_models as bench
 
 
 def test_bench_models_tiny(tmp_path):

@@ -1,12 +1,13 @@
 """``tsm-ds bench comm``: gradient communication per optimizer step, fp32 vs bf16/fp16 vs 1-bit.
 
-The parent process starts ``--world-size`` ranks through the ``deepspeed`` launcher (gloo on CPU,
-NCCL on GPUs, ``OMP_NUM_THREADS=1`` per rank on CPU unless set) running this module with
-``--worker``. Every rank builds a DeepSpeed engine (ZeRO stage 0, fp32) around a model with the
-gradient layout of TSM-ResNet-50 (``build_model("resnet50", 400)``: 24,327,632 parameters in
-161 tensors; a flat parameter of ``--numel`` elements when tsm_ds.models is unavailable or
-``--flat`` is given), fills the gradients with fixed random values and times, interleaved over
-``--reps`` repetitions (median reported):
+The parent process (:func:`launch`) starts ``world_size`` ranks through the ``deepspeed`` launcher
+(gloo on CPU, NCCL on GPUs, ``OMP_NUM_THREADS=1`` per rank on CPU unless set) running the command
+module :mod:`tsm_ds.cli.bench_comm` with ``--worker``, whose ranks call :func:`worker`. Every rank
+builds a DeepSpeed engine (ZeRO stage 0, fp32) around a model with the gradient layout of
+TSM-ResNet-50 (``build_model("resnet50", 400)``: 24,327,632 parameters in
+161 tensors; a flat parameter of ``numel`` elements when tsm_ds.models is unavailable or
+``flat`` is set), fills the gradients with fixed random values and times, interleaved over
+``reps`` repetitions (median reported):
 
 - ``fp32``: DeepSpeed's own all-reduce (``engine.allreduce_gradients()``);
 - ``bf16`` / ``fp16``: the same with ``engine.communication_data_type`` set as the
@@ -20,142 +21,152 @@ tensors handed to the collectives, not sniffed from the wire. ``rel_error`` is
 ||result - exact fp32 mean|| / ||exact mean|| of one step (for 1-bit a single step is coarse by
 design: error feedback carries the rest into later steps).
 
-Rank 0 writes ``comm.json`` / ``comm.md`` via :func:`tsm_ds.bench.report.write_report`.
+Rank 0 writes ``comm.json`` / ``comm.md`` via :func:`tsm_ds.utils.io.write_report`.
 """
 from __future__ import annotations
 
-import argparse
+import logging
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
+__all__ = ["TSM_R50_NUMEL", "METHODS", "CommLaunchError", "check_methods", "worker_argv", "launch",
+           "worker"]
+
+_LOG = logging.getLogger(__name__)
+#: gradient elements of TSM-ResNet-50 with a 400-class head (the flat parameter's default size)
 TSM_R50_NUMEL = 24_327_632
+#: the methods measured, in table order
+METHODS: tuple[str, ...] = ("fp32", "bf16", "fp16", "onebit")
+#: the module the launcher runs on every rank (a command line, not an import)
+WORKER_MODULE = "tsm_ds.cli.bench_comm"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The options of ``tsm-ds bench comm``."""
-    p = argparse.ArgumentParser(prog="tsm-ds bench comm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="bench_out", help="folder for comm.json / comm.md")
-    p.add_argument("--world-size", type=int, default=2, help="ranks (processes) on this machine")
-    p.add_argument("--reps", type=int, default=7, help="timed repetitions per method (median reported)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed repetitions first")
-    p.add_argument("--quick", action="store_true", help="3 reps, 1 warm-up (same gradient size)")
-    p.add_argument("--flat", action="store_true", help="one flat parameter instead of the TSM-R50 layout")
-    p.add_argument("--numel", type=int, default=TSM_R50_NUMEL, help="elements of the flat parameter")
-    p.add_argument("--chunk-size", type=int, default=1024, help="1-bit: elements per scale (the JSON default)")
-    p.add_argument("--methods", default="fp32,bf16,fp16,onebit", help="comma list of fp32,bf16,fp16,onebit")
-    p.add_argument("--timeout", type=float, default=1500.0, help="seconds before the launcher is stopped")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)
-    return p
+class CommLaunchError(RuntimeError):
+    """The launcher failed (``returncode``) or did not finish in time (``returncode`` None)."""
+
+    def __init__(self, message: str, returncode: int | None):
+        super().__init__(message)
+        self.returncode = returncode
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark (parent: start the launcher; ``--worker``: one rank). Returns 0 on success.
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """The method names, stripped, empty ones dropped.
 
     Raises:
-        SystemExit: bad options (argparse).
+        ValueError: a name not in :data:`METHODS` (the message lists them).
     """
-    args = build_parser().parse_args(argv)
-    if args.quick:
-        args.reps, args.warmup = min(args.reps, 3), min(args.warmup, 1)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = sorted(set(methods) - {"fp32", "bf16", "fp16", "onebit"})
+    out = [m.strip() for m in methods if m.strip()]
+    bad = sorted(set(out) - set(METHODS))
     if bad:
-        print(f"tsm-ds bench comm: unknown --methods {bad}; use fp32,bf16,fp16,onebit", file=sys.stderr)
-        return 2
-    if args.worker:
-        _worker(args, methods)
-        return 0
-    return _launch(args, argv or [])
+        raise ValueError(f"unknown methods {bad}; use {','.join(METHODS)}")
+    return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def worker_argv(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps: int = 7,
+                warmup: int = 2, flat: bool = False, numel: int = TSM_R50_NUMEL,
+                chunk_size: int = 1024) -> list[str]:
+    """The arguments every rank's :mod:`tsm_ds.cli.bench_comm` gets (``--worker`` first)."""
+    return ["--worker", "--out-dir", str(out_dir), "--methods", ",".join(methods), "--reps", str(reps),
+            "--warmup", str(warmup), "--numel", str(numel), "--chunk-size", str(chunk_size),
+            *(["--flat"] if flat else [])]
 
 
-def _launch(args, argv: list[str]) -> int:
-    """Start ``deepspeed --num_gpus W --module tsm_ds.bench.comm --worker ...``; show comm.md."""
+def launch(out_dir: str | os.PathLike, *, world_size: int = 2, methods: Sequence[str] = METHODS,
+           reps: int = 7, warmup: int = 2, flat: bool = False, numel: int = TSM_R50_NUMEL,
+           chunk_size: int = 1024, timeout: float = 1500.0,
+           log: Callable[[str], Any] = _LOG.info) -> Path:
+    """Run the benchmark: ``deepspeed --num_gpus world_size --module tsm_ds.cli.bench_comm
+    --worker ...`` on this machine; rank 0 writes ``comm.json`` / ``comm.md`` into ``out_dir``.
+
+    Without a GPU the ranks use DeepSpeed's CPU accelerator and one OpenMP thread each (unless
+    ``DS_ACCELERATOR`` / ``OMP_NUM_THREADS`` are set). The ranks' output goes to this process's
+    stdout / stderr; ``log`` gets the launcher command line.
+
+    Args:
+        out_dir: folder of the report (made absolute: the ranks may start elsewhere).
+        world_size: ranks; methods: subset of :data:`METHODS`; reps / warmup: timed / untimed
+            repetitions; flat / numel: one flat parameter of ``numel`` elements instead of the
+            TSM-R50 layout; chunk_size: 1-bit elements per scale; timeout: seconds.
+
+    Returns:
+        The path of ``comm.md`` (it exists when rank 0 got that far).
+
+    Raises:
+        ValueError: an unknown method.
+        CommLaunchError: the launcher exited non-zero or ran past ``timeout``.
+    """
     import torch
+
+    from tsm_ds.bench.demo import free_port, launcher_command
+
+    methods = check_methods(methods)
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     if not torch.cuda.is_available():
         env.setdefault("DS_ACCELERATOR", "cpu")
         env.setdefault("OMP_NUM_THREADS", "1")      # 2 ranks on 2 cores: 10x slower with default threads
-    launcher = os.path.join(bindir, "deepspeed")
-    if not os.path.exists(launcher):
-        launcher = "deepspeed"
-    out_dir = str(Path(args.out_dir).resolve())
-    passthru = [a for a in argv if a not in ("--quick",)]
-    passthru = _replace_opt(passthru, "--out-dir", out_dir)
-    if args.quick:
-        passthru += ["--reps", str(args.reps), "--warmup", str(args.warmup)]
-    cmd = [launcher, "--num_gpus", str(args.world_size), "--master_port", str(_free_port()),
-           "--module", "tsm_ds.bench.comm", "--worker", *passthru]
-    print("+", " ".join(cmd), flush=True)
-    t0 = time.time()
+    out = Path(out_dir).resolve()
+    cmd = [*launcher_command(), "--num_gpus", str(world_size), "--master_port", str(free_port()),
+           "--module", WORKER_MODULE,
+           *worker_argv(out, methods=methods, reps=reps, warmup=warmup, flat=flat, numel=numel,
+                        chunk_size=chunk_size)]
+    log("+ " + " ".join(cmd))
     try:
-        rc = subprocess.run(cmd, env=env, timeout=args.timeout).returncode
+        rc = subprocess.run(cmd, env=env, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
-        print(f"tsm-ds bench comm: launcher did not finish in {args.timeout:.0f} s", file=sys.stderr)
-        return 1
+        raise CommLaunchError(f"launcher did not finish in {timeout:.0f} s", None) from None
     if rc != 0:
-        print(f"tsm-ds bench comm: launcher exited with {rc}", file=sys.stderr)
-        return rc
-    md = Path(out_dir) / "comm.md"
-    if md.is_file():
-        print(md.read_text())
-    print(f"(launcher + {args.world_size} ranks: {time.time() - t0:.0f} s)")
-    return 0
+        raise CommLaunchError(f"launcher exited with {rc}", rc)
+    return out / "comm.md"
 
 
-def _replace_opt(argv: list[str], flag: str, value: str) -> list[str]:
-    out, skip = [], False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if a == flag:
-            skip = True
-            continue
-        if a.startswith(flag + "="):
-            continue
-        out.append(a)
-    return out + [flag, value]
-
-
-def _model(args):
+def _model(flat: bool, numel: int):
+    """(module, description): TSM-ResNet-50 (400 classes), or one flat parameter of ``numel``."""
     import torch
-    if not args.flat:
+    if not flat:
         try:
             from tsm_ds.models import build_model
             return build_model("resnet50", 400, num_segments=8), "TSM-ResNet-50 (400 classes)"
         except ImportError:
             pass
-    return torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(args.numel))]), f"flat {args.numel}"
+    return torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(numel))]), f"flat {numel}"
 
 
-def _worker(args, methods: list[str]) -> None:
+def worker(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps: int = 7,
+           warmup: int = 2, flat: bool = False, numel: int = TSM_R50_NUMEL, chunk_size: int = 1024,
+           log: Callable[[str], Any] = _LOG.info) -> Path | None:
+    """One rank of the benchmark (under the ``deepspeed`` launcher: ``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``... in the environment). Every rank measures; rank 0 writes the report.
+
+    Args: as :func:`launch`; ``log`` gets rank 0's "wrote ..." line.
+
+    Returns:
+        ``comm.json``'s path on rank 0, None on the other ranks.
+
+    Raises:
+        ValueError: an unknown method.
+    """
     import deepspeed
     import torch
     import torch.distributed as dist
 
-    from tsm_ds.bench.report import write_report
     from tsm_ds.engine.compression import build_compressor
+    from tsm_ds.utils.io import write_report
+
+    methods = check_methods(methods)
 
     cuda = torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
     from tsm_ds.engine.dist import release_cpu_shm_at_exit
     release_cpu_shm_at_exit()
     rank, world = dist.get_rank(), dist.get_world_size()
-    model, layout = _model(args)
+    model, layout = _model(flat, numel)
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,
            "steps_per_print": 10 ** 9, "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
            "zero_optimization": {"stage": 0}}
@@ -171,7 +182,7 @@ def _worker(args, methods: list[str]) -> None:
     dist.all_reduce(exact)
     exact.div_(world)
     exact_norm = float(exact.norm())
-    comp = build_compressor({"type": "onebit", "freeze_step": 0, "chunk_size": args.chunk_size}, engine)
+    comp = build_compressor({"type": "onebit", "freeze_step": 0, "chunk_size": chunk_size}, engine)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
     def reset():
@@ -184,7 +195,7 @@ def _worker(args, methods: list[str]) -> None:
     times = {m: [] for m in methods}
     extra = {m: {} for m in methods}
     sums = {m: torch.zeros_like(exact) for m in methods}
-    calls = args.warmup + args.reps
+    calls = warmup + reps
     for rep in range(calls):
         for m in methods:                               # interleaved: load drifts hit every method alike
             reset()
@@ -200,7 +211,7 @@ def _worker(args, methods: list[str]) -> None:
             if cuda:
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
-            if rep >= args.warmup:
+            if rep >= warmup:
                 times[m].append(dt)
                 if m == "onebit":
                     st = comp.stats()
@@ -219,7 +230,7 @@ def _worker(args, methods: list[str]) -> None:
     allmed = [torch.empty_like(med) for _ in range(world)]
     dist.all_gather(allmed, med)
     if rank != 0:
-        return
+        return None
     step_s = {m: max(float(t[i]) for t in allmed) for i, m in enumerate(methods)}
     ring = 2.0 * (world - 1) / world
     rows = []
@@ -244,8 +255,8 @@ def _worker(args, methods: list[str]) -> None:
         rows.append(row)
     meta = {"gradient": f"{layout}: {numel:,} fp32 elements ({4 * numel / 1e6:.1f} MB)",
             "world_size": world, "backend": dist.get_backend(),
-            "launcher": "deepspeed --num_gpus", "reps": args.reps, "warmup_reps": args.warmup,
-            "threads_per_rank": torch.get_num_threads(), "onebit_chunk_size": args.chunk_size,
+            "launcher": "deepspeed --num_gpus", "reps": reps, "warmup_reps": warmup,
+            "threads_per_rank": torch.get_num_threads(), "onebit_chunk_size": chunk_size,
             "bytes_model": "ring all-reduce 2(w-1)/w x payload; 1-bit: all-to-all (w-1)/w x (bits+scales) "
                            "+ ring all-gather (w-1) x own (bits+scales)",
             "time": "median over interleaved reps, slowest rank; onebit includes quantise/pack/decode",
@@ -253,9 +264,6 @@ def _worker(args, methods: list[str]) -> None:
                          "(fresh error buffers), rel_error_mean of the mean of all calls on the same gradient "
                          "(error feedback makes the 1-bit mean converge)",
             "note": "CPU machine shared with other jobs: times are noisy; compare ratios within one run"}
-    write_report("comm", rows, args.out_dir, meta=meta, title="Gradient communication per step")
-    print(f"wrote {Path(args.out_dir) / 'comm.json'} and comm.md", flush=True)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    json_path, md_path = write_report("comm", rows, out_dir, meta=meta, title="Gradient communication per step")
+    log(f"wrote {json_path} and {md_path.name}")
+    return json_path

@@ -33,38 +33,28 @@ The machine may be shared: numbers are medians of interleaved repetitions; compa
 """
 from __future__ import annotations
 
-import argparse
+import logging
 import os
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["build_parser", "main"]
+__all__ = ["DEFAULT_DATA", "LOADERS", "available_loaders", "make_long_video", "bench_input",
+           "bench_dataset", "run_data_bench"]
+
+_LOG = logging.getLogger(__name__)
 
 #: the real clips: $TSM_DS_SHARED_DATA/videos, else ../shared/data/videos next to the repository
+#: (the project's CI material; a clone without it benchmarks the generated videos only)
 DEFAULT_DATA = Path(os.environ.get("TSM_DS_SHARED_DATA",
                                    Path(__file__).resolve().parents[2].parent / "shared" / "data")) / "videos"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Options of ``tsm-ds bench data``."""
-    ap = argparse.ArgumentParser(prog="tsm-ds bench data", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out-dir", default="bench_out", help="where data.json / data.md go")
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="class-folder tree of real clips")
-    ap.add_argument("--quick", action="store_true", help="1-minute generated video, 3 repetitions")
-    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5; quick 3)")
-    ap.add_argument("--minutes", type=float, default=None, help="generated video length (default 5; quick 1)")
-    ap.add_argument("--cache", default=None, help="folder for the generated videos (default <out-dir>/bench_videos)")
-    ap.add_argument("--loaders", default="tsm_ds,tsm_ds_short256,decode_all,torchcodec_exact,"
-                                         "torchcodec_approx,decord",
-                    help="comma-separated; tsm_ds_short256 scales frames to a short side of 256 "
-                         "while converting (what VideoClipDataset does in val/test)")
-    return ap
+#: every loader :func:`available_loaders` knows, in table order
+LOADERS: tuple[str, ...] = ("tsm_ds", "tsm_ds_short256", "decode_all", "torchcodec_exact",
+                            "torchcodec_approx", "decord")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,16 +143,19 @@ def available_loaders(names: list[str]) -> tuple[dict[str, Callable], dict[str, 
 
 
 def make_long_video(path: Path, minutes: float, keyint: int) -> str:
-    """A textured 640x360 25 fps H.264 video (B-frames, fixed keyframe interval), made once."""
+    """A textured 640x360 25 fps H.264 video (B-frames, fixed keyframe interval), made once.
+
+    Returns ``str(path)``; an existing file is reused. The file is written atomically (a crash
+    never leaves a truncated video under ``path``).
+    """
     from tsm_ds.data.testvideo import write_numbered_video
+    from tsm_ds.utils.io import atomic_path
 
     if path.is_file():
         return str(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".part" + path.suffix)
-    write_numbered_video(tmp, int(minutes * 60 * 25), width=640, height=360, fps=25, gop=keyint,
-                         bframes=3, texture=True, crf=28, preset="veryfast")
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=path.suffix) as tmp:   # PyAV picks the container by extension
+        write_numbered_video(tmp, int(minutes * 60 * 25), width=640, height=360, fps=25, gop=keyint,
+                             bframes=3, texture=True, crf=28, preset="veryfast")
     return str(path)
 
 
@@ -266,27 +259,49 @@ def bench_dataset(files_labels: list[tuple[str, int]], workers: tuple[int, ...],
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tsm-ds bench data``; returns 0 (1 when no input could be benchmarked)."""
-    from tsm_ds.bench.report import write_report
-    from tsm_ds.data.records import read_class_folders
+def run_data_bench(out_dir: str | os.PathLike = "bench_out", *, data: str | os.PathLike | None = DEFAULT_DATA,
+                   quick: bool = False, reps: int | None = None, minutes: float | None = None,
+                   cache: str | os.PathLike | None = None, loaders: Sequence[str] = LOADERS,
+                   log: Callable[[str], Any] = _LOG.info) -> tuple[list[dict], Path, Path]:
+    """Run the loader benchmark (``tsm-ds bench data``) and write ``data.json`` / ``data.md``.
 
-    args = build_parser().parse_args(argv)
-    reps = args.reps or (3 if args.quick else 5)
-    minutes = args.minutes or (1.0 if args.quick else 5.0)
-    out_dir = Path(args.out_dir)
-    cache = Path(args.cache) if args.cache else out_dir / "bench_videos"
-    loaders, missing = available_loaders(args.loaders.split(","))
+    Inputs: the real clips under ``data`` (a class-folder tree; skipped when it is not a folder)
+    and two generated textured 360p videos of ``minutes`` minutes (keyframe every 250 and every
+    25 frames, cached in ``cache``). Every available loader of ``loaders`` (:data:`LOADERS`) is
+    timed on each (:func:`bench_input`), then the training pipeline through a DataLoader with 0
+    and 2 workers on the real clips (:func:`bench_dataset`).
+
+    Args:
+        out_dir: folder of the report (created).
+        quick: defaults for a CPU: 3 repetitions, 1-minute videos (explicit values win).
+        reps: repetitions (default 5; quick 3); minutes: generated video length (default 5;
+            quick 1); cache: folder of the generated videos (default ``out_dir/bench_videos``).
+        log: progress lines (skipped loaders, the input being measured).
+
+    Returns:
+        (rows, data.json path, data.md path); no rows when nothing could be measured.
+
+    Raises:
+        OSError: ``out_dir`` or ``cache`` is not writable.
+    """
+    from tsm_ds.data.records import read_class_folders
+    from tsm_ds.utils.io import write_report
+
+    reps = reps or (3 if quick else 5)
+    minutes = minutes or (1.0 if quick else 5.0)
+    out_dir = Path(out_dir)
+    cache = Path(cache) if cache else out_dir / "bench_videos"
+    found, missing = available_loaders(list(loaders))
     for k, why in missing.items():
-        print(f"bench data: loader {k} skipped ({why})")
+        log(f"bench data: loader {k} skipped ({why})")
 
     inputs: list[tuple[str, list[str]]] = []
     recs = []
-    if Path(args.data).is_dir():
-        recs, _ = read_class_folders(args.data)
+    if data is not None and Path(data).is_dir():
+        recs, _ = read_class_folders(data)
         inputs.append((f"real clips ({len(recs)})", [r.path for r in recs]))
     else:
-        print(f"bench data: no real clips at {args.data}; generated videos only")
+        log(f"bench data: no real clips at {data}; generated videos only")
     t = time.perf_counter()
     for keyint in (250, 25):
         p = make_long_video(cache / f"textured_{minutes:g}min_360p_key{keyint}.mp4", minutes, keyint)
@@ -297,17 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, files in inputs:
-            print(f"bench data: {name} ...", flush=True)
-            rows += bench_input(name, files, loaders, reps)
+            log(f"bench data: {name} ...")
+            rows += bench_input(name, files, found, reps)
         if recs:
-            print("bench data: VideoClipDataset through a DataLoader ...", flush=True)
+            log("bench data: VideoClipDataset through a DataLoader ...")
             rows += bench_dataset([(r.path, r.label) for r in recs], (0, 2), max(2, reps - 1))
-    for r in rows:
-        cps = r.get("clips_per_s")
-        same = r.get("same_frames")
-        print(f"  {r['input'][:38]:38s} {r['loader'][:38]:38s} "
-              + (f"{cps:8.2f} clips/s" + (f"  same={same:.2f}" if same is not None else "")
-                 if cps else r.get("error", "")))
     meta = {"clip": "8 segment-centre frames (TSN val), 1 decoding thread", "repetitions": reps,
             "statistic": "clips_per_s: median over repetitions (loaders interleaved per clip in a "
                          "rotating order); best_clips_per_s: fastest repetition", "generated_video_minutes": minutes,
@@ -317,9 +326,4 @@ def main(argv: list[str] | None = None) -> int:
             "same_frames", "ratio_vs_best_other", "index_ms_per_file"]
     jp, mp = write_report("data", rows, out_dir, meta=meta, columns=cols,
                           title="Clip decoding: tsm_ds loader vs alternatives")
-    print(f"bench data: wrote {jp} and {mp}")
-    return 0 if rows else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return rows, jp, mp

@@ -1,21 +1,22 @@
-"""``tsm-ds demo``: TSM against TSN on clips whose classes differ only in temporal order.
+"""``tsm-ds demo``, the library half: TSM against TSN on clips whose classes differ only in
+temporal order.
 
 1. Generates the motion-direction dataset (``tsm_ds.data.synthetic.make_demo_dataset``): an object
    moving left / right / up / down over random shapes, colours, backgrounds and noise, each
    "left" clip the time reversal of a "right" clip, so a single frame carries no label.
 2. Trains TSM (temporal shift, ``--shift bidirectional``) and TSN (the same network without the
    shift, ``--shift none``) with the same backbone, data, seed, optimizer and number of steps,
-   each through the ``deepspeed`` launcher running ``tsm_ds/train.py`` (``--nproc`` ranks;
+   each through the ``deepspeed`` launcher running ``--module tsm_ds.train`` (``nproc`` ranks;
    DeepSpeed's CPU accelerator with gloo when there is no GPU).
-3. Prints both validation top-1 accuracies side by side with wall times, and writes them to
-   ``<out>/demo_results.json`` and ``<out>/demo_results.md``.
+3. Returns both validation top-1 accuracies side by side with wall times, and writes them to
+   ``<out>/demo_results.json`` and ``<out>/demo_results.md`` (:func:`run_demo`).
 
 What it is built to show is the TSM paper's claim (Lin, Gan, Han, ICCV 2019, Sec. 3; Table 1,
 TSN vs TSM on Something-Something): a 2D CNN that shifts a quarter of its channels along time can
 model temporal order at no extra computation, while averaging per-frame scores (TSN) cannot tell
 a clip from its time reversal (chance within each left/right and up/down pair).
 
-The videos have 16 frames for 8-segment clips (``--num-frames`` must exceed ``--num-segments``):
+The videos have 16 frames for 8-segment clips (``num_frames`` must exceed ``num_segments``):
 validation clips take the official TSN segment centres, which are frame 0 repeated T times when
 a video has no more frames than segments. With the former 8-frame videos every validation clip
 was a still image, so TSM (and TSN) scored exactly chance (25.0% top-1, 100% top-5) whatever the
@@ -23,90 +24,72 @@ training did.
 
 Measured with the defaults on a 2-core CPU (13 min 17 s in all): TSM 100.0 % validation top-1
 (94.0 % after 200 of its 600 steps), TSN 30.5 % (chance 25 %), 390 s and 394 s of training.
-
-    tsm-ds demo                         # ~1,000 clips, resnet18, 64 px, 8 frames, 2 ranks
-    tsm-ds demo --epochs 2 --out /tmp/demo --models tsm
+The command line is :mod:`tsm_ds.cli.demo`.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import os
 import re
 import shutil
+import site
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
-REPO = Path(__file__).resolve().parents[1]
-TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
-DEFAULT_CONFIG = REPO / "ds_configs" / "cpu_demo_adamw.json"
+__all__ = ["MODELS", "TRAIN_MODULE", "DEFAULT_RECIPE", "TrainSettings", "launcher_command", "free_port",
+           "train_command", "child_env", "run_training", "format_table", "run_demo"]
+
+_LOG = logging.getLogger(__name__)
 MODELS = {  # name -> train.py --shift
     "tsm": "bidirectional",
     "tsn": "none",
 }
+#: what the launcher runs on every rank (``deepspeed --module tsm_ds.train``): an import name, so
+#: it works from an installed package as well as from a source checkout
+TRAIN_MODULE = "tsm_ds.train"
+#: the engine recipe of the demo (found by name: :func:`tsm_ds.engine.config.resolve_recipe`)
+DEFAULT_RECIPE = "cpu_demo_adamw"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tsm-ds demo`` command line."""
-    p = argparse.ArgumentParser(prog="tsm-ds demo", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--out", default="runs/demo", help="dataset, runs and results go here")
-    p.add_argument("--seed", type=int, default=0, help="dataset and training seed")
-    p.add_argument("--models", default="tsm,tsn", help="comma-separated subset of tsm,tsn")
-    d = p.add_argument_group("dataset (tsm_ds.data.synthetic.make_demo_dataset)")
-    d.add_argument("--classes", default="moving_left,moving_right,moving_up,moving_down",
-                   help="comma-separated names from tsm_ds.data.synthetic.ALL_CLASSES")
-    d.add_argument("--train-per-class", type=int, default=200)
-    d.add_argument("--val-per-class", type=int, default=50)
-    d.add_argument("--num-frames", type=int, default=16,
-                   help="frames per generated video; must exceed --num-segments (validation "
-                        "samples segment centres, frame 0 only when there are too few frames)")
-    d.add_argument("--speed", type=float, nargs=2, default=(1.5, 2.5), metavar=("LOW", "HIGH"),
-                   help="object speed range, pixels per video frame (x2 between the frames of "
-                        "a 16-frame video that an 8-segment clip samples)")
-    d.add_argument("--radius", type=float, nargs=2, default=(8.0, 12.0), metavar=("LOW", "HIGH"),
-                   help="object size range (half side / radius), pixels")
-    d.add_argument("--distractor-prob", type=float, default=0.0,
-                   help="probability of a static second shape in a clip")
-    d.add_argument("--clutter", type=float, default=0.5,
-                   help="background structure in [0, 1] (0: flat random colour)")
-    d.add_argument("--contrast", type=float, default=0.4,
-                   help="least brightness difference between object and background, in [0, 0.5) "
-                        "(intensity units); low contrast left TSM at chance in the CPU budget")
-    d.add_argument("--tint", type=float, default=0.25,
-                   help="largest random RGB tint per channel of every colour (0: grey levels)")
-    d.add_argument("--size", type=int, default=64, help="generated frame side in pixels")
-    d.add_argument("--overwrite", action="store_true", help="regenerate the dataset")
-    t = p.add_argument_group("training (the same for both models)")
-    t.add_argument("--arch", default="resnet18")
-    t.add_argument("--img-size", type=int, default=64, help="crop side fed to the network")
-    t.add_argument("--num-segments", type=int, default=8, help="T, frames per clip")
-    t.add_argument("--shift-div", type=int, default=8,
-                   help="TSM shifts 1/shift_div of the channels each way (the paper's default 8)")
-    t.add_argument("--epochs", type=int, default=6)
-    t.add_argument("--batch-size", type=int, default=8, help="global batch (all ranks)")
-    t.add_argument("--lr", type=float, default=3e-4,
-                   help="AdamW lr for the global batch (1e-3 left TSM at chance for 300+ steps on "
-                        "some seeds; 3e-4 escaped the plateau within ~100 steps on every seed tried)")
-    t.add_argument("--warmup-steps", type=int, default=20)
-    t.add_argument("--dropout", type=float, default=0.0,
-                   help="before the fc; 0 here: trained from scratch for a few epochs")
-    t.add_argument("--deepspeed-config", default=str(DEFAULT_CONFIG), help="engine JSON")
-    t.add_argument("--nproc", type=int, default=2, help="ranks on this machine (--num_gpus of the launcher)")
-    t.add_argument("--num-workers", type=int, default=1, help="DataLoader workers per rank")
-    t.add_argument("--dry-run", action="store_true",
-                   help="generate the data, print the launcher commands, train nothing")
-    return p
+@dataclass(frozen=True)
+class TrainSettings:
+    """The training run both models get (only ``--shift`` and ``--run-name`` differ).
+
+    Attributes:
+        arch: backbone; img_size: crop side in pixels; num_segments: T, frames per clip;
+        shift_div: TSM shifts 1/shift_div of the channels each way; epochs: passes over the data;
+        batch_size: global batch (all ranks; must be divisible by ``nproc``); lr: AdamW lr for the
+        global batch; warmup_steps: linear warm-up steps; dropout: before the fc;
+        deepspeed_config: engine JSON path or shipped recipe name; nproc: ranks on this machine;
+        num_workers: DataLoader workers per rank; seed: training seed.
+    """
+
+    arch: str = "resnet18"
+    img_size: int = 64
+    num_segments: int = 8
+    shift_div: int = 8
+    epochs: int = 6
+    batch_size: int = 8
+    lr: float = 3e-4
+    warmup_steps: int = 20
+    dropout: float = 0.0
+    deepspeed_config: str = DEFAULT_RECIPE
+    nproc: int = 2
+    num_workers: int = 1
+    seed: int = 0
 
 
 def launcher_command() -> list[str]:
     """The ``deepspeed`` launcher of this interpreter's environment.
 
     The console script next to ``sys.executable`` when present (a venv's ``bin/deepspeed``), else
-    the same code as a module: ``python -m deepspeed.launcher.runner``.
+    the one on ``PATH``, else the same code as a module: ``python -m deepspeed.launcher.runner``.
     """
     exe = Path(sys.executable).parent / "deepspeed"
     if exe.is_file():
@@ -122,35 +105,72 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def train_command(model: str, args: argparse.Namespace, data: dict, run_root: Path) -> list[str]:
+def train_command(model: str, settings: TrainSettings, data: Mapping[str, Any], run_root: Path) -> list[str]:
     """The launcher command line training ``model`` ("tsm" or "tsn") on the demo data.
 
     Both models get identical arguments except ``--shift`` and ``--run-name``; horizontal flip
-    is off (``--no-flip``: a flip turns "moving_left" into "moving_right").
+    is off (``--no-flip``: a flip turns "moving_left" into "moving_right"). ``data`` is what
+    ``make_demo_dataset`` returned (``train_list``, ``val_list``, ``root``); the recipe is passed
+    as the file :func:`~tsm_ds.engine.config.resolve_recipe` finds.
+
+    Raises:
+        KeyError: an unknown ``model``.
+        tsm_ds.engine.config.ConfigError: ``settings.deepspeed_config`` is neither a file nor a
+            shipped recipe.
     """
+    from tsm_ds.engine.config import resolve_recipe
+
+    s = settings
     return [
-        *launcher_command(), "--num_gpus", str(args.nproc), "--master_port", str(free_port()),
-        str(TRAIN_SCRIPT),
-        "--deepspeed_config", str(args.deepspeed_config),
-        "--train-list", data["train_list"], "--val-list", data["val_list"],
+        *launcher_command(), "--num_gpus", str(s.nproc), "--master_port", str(free_port()),
+        "--module", TRAIN_MODULE,
+        "--deepspeed_config", str(resolve_recipe(s.deepspeed_config).resolve()),
+        "--train-list", str(data["train_list"]), "--val-list", str(data["val_list"]),
         "--classes", str(Path(data["root"]) / "classes.txt"), "--no-flip",
-        "--arch", args.arch, "--num-segments", str(args.num_segments), "--img-size", str(args.img_size),
-        "--shift", MODELS[model], "--shift-div", str(args.shift_div), "--dropout", str(args.dropout),
-        "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-        "--micro-batch-size", str(args.batch_size // args.nproc), "--lr", str(args.lr),
-        "--warmup-steps", str(args.warmup_steps), "--seed", str(args.seed),
-        "--num-workers", str(args.num_workers), "--output-dir", str(run_root), "--run-name", model,
+        "--arch", s.arch, "--num-segments", str(s.num_segments), "--img-size", str(s.img_size),
+        "--shift", MODELS[model], "--shift-div", str(s.shift_div), "--dropout", str(s.dropout),
+        "--epochs", str(s.epochs), "--batch-size", str(s.batch_size),
+        "--micro-batch-size", str(s.batch_size // s.nproc), "--lr", str(s.lr),
+        "--warmup-steps", str(s.warmup_steps), "--seed", str(s.seed),
+        "--num-workers", str(s.num_workers), "--output-dir", str(run_root), "--run-name", model,
         "--no-progress",
     ]
+
+
+def child_env(nproc: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The launcher's environment: ``base`` (default ``os.environ``), plus without a GPU
+    DeepSpeed's CPU accelerator and ``OMP_NUM_THREADS`` = cores / ``nproc`` (unless set), plus the
+    folder holding the ``tsm_ds`` package on ``PYTHONPATH`` when it is not a site-packages folder
+    (a source checkout used without installing it: the ranks import ``tsm_ds.train``).
+    """
+    env = dict(os.environ if base is None else base)
+    try:
+        import torch
+        has_cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        has_cuda = False
+    if not has_cuda:
+        env.setdefault("DS_ACCELERATOR", "cpu")
+        # one rank per core group: 2 unpinned ranks on 2 cores ran ~10x slower (ds_cpu_notes.md)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc)))
+    root = Path(__file__).resolve().parents[2]          # the folder that contains tsm_ds/
+    site_dirs = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root not in site_dirs:
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 _EPOCH_LINE = re.compile(r"epoch \d+: step \d+, val top-1")
 
 
-def run_training(cmd: list[str], log_path: Path, tag: str, env: dict) -> tuple[dict, float]:
-    """Run one launcher command; echo its epoch lines; return (RESULT dict, wall seconds).
+def run_training(cmd: list[str], log_path: Path, tag: str, env: dict,
+                 log: Callable[[str], Any] = _LOG.info) -> tuple[dict, float]:
+    """Run one launcher command; pass its epoch lines to ``log`` (prefixed ``[tag]``); return
+    (RESULT dict, wall seconds).
 
-    The full output (both ranks, the launcher) goes to ``log_path``.
+    The full output (both ranks, the launcher) goes to ``log_path``. The command runs in the
+    current directory (every path in it is absolute).
 
     Raises:
         RuntimeError: the launcher exits non-zero or prints no ``RESULT`` line (names the log).
@@ -158,18 +178,18 @@ def run_training(cmd: list[str], log_path: Path, tag: str, env: dict) -> tuple[d
     t0 = time.perf_counter()
     result, errors = None, []
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
+    with open(log_path, "w") as logf:
+        logf.write("$ " + " ".join(cmd) + "\n")
+        logf.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=env, cwd=REPO, bufsize=1)
+                                env=env, bufsize=1)
         assert proc.stdout is not None
         for line in proc.stdout:
-            log.write(line)
+            logf.write(line)
             if line.startswith("RESULT "):
                 result = json.loads(line[len("RESULT "):])
             elif _EPOCH_LINE.search(line):
-                print(f"[{tag}] {line.rstrip()}", flush=True)
+                log(f"[{tag}] {line.rstrip()}")
             elif "ERROR" in line or "Error" in line:
                 errors.append(line.rstrip())
         code = proc.wait()
@@ -183,7 +203,9 @@ def run_training(cmd: list[str], log_path: Path, tag: str, env: dict) -> tuple[d
 
 
 def format_table(rows: list[dict], num_classes: int) -> str:
-    """Markdown table of the side-by-side results (one row per model)."""
+    """Markdown table of the side-by-side results (one row per model: ``model``, ``shift``,
+    ``val_top1`` / ``best_val_top1`` in %, ``val_clips``, ``steps``, ``wall_s`` in seconds), plus
+    the chance level of ``num_classes`` classes."""
     lines = ["| model | temporal shift | val top-1 (last epoch) | best val top-1 | val clips | "
              "optimizer steps | wall time |",
              "|---|---|---|---|---|---|---|"]
@@ -195,96 +217,77 @@ def format_table(rows: list[dict], num_classes: int) -> str:
     return "\n".join(lines)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def run_demo(out: str | os.PathLike, *, models: Sequence[str] = ("tsm", "tsn"),
+             training: TrainSettings = TrainSettings(), dataset: Mapping[str, Any] | None = None,
+             dry_run: bool = False, record: Mapping[str, Any] | None = None,
+             log: Callable[[str], Any] = _LOG.info) -> dict[str, Any]:
+    """Generate the demo data under ``out/data`` and train each of ``models`` on it.
 
+    Args:
+        out: folder of the dataset, the runs (``runs/<model>``), the logs (``logs/<model>.log``)
+            and the results (``demo_results.json`` / ``.md``).
+        models: subset of :data:`MODELS`, in training order.
+        training: the run both models get.
+        dataset: keyword arguments of ``make_demo_dataset`` (``classes``, ``train_per_class``,
+            ``num_frames``, ...); ``seed`` and ``workers`` default to ``training.seed`` /
+            ``training.nproc``.
+        dry_run: generate the data and return the launcher commands, train nothing.
+        record: stored as ``args`` in ``demo_results.json`` (e.g. the command-line options).
+        log: progress lines (data generated, each model's start and epoch lines).
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo. Returns 0; 1 when a training run fails (stderr names its log file and
-    its first error lines); 2 for bad arguments."""
-    args = build_parser().parse_args(argv)
-    models = [m.strip().lower() for m in args.models.split(",") if m.strip()]
+    Returns:
+        {"rows" (one per model: model, shift, val_top1, best_val_top1, val_clips, steps, wall_s,
+        run_dir), "table" (:func:`format_table`), "classes", "chance_top1", "data", "generate_s",
+        "total_wall_s", "args", "commands", "results_md"}; with ``dry_run`` only "commands",
+        "data" and "classes".
+
+    Raises:
+        ValueError: an unknown model, ``batch_size`` not divisible by ``nproc``, ``num_frames``
+            not above ``num_segments``, bad dataset parameters.
+        tsm_ds.engine.config.ConfigError: (a ValueError) no such engine JSON or recipe.
+        RuntimeError: a training run failed (the message names its log file).
+    """
+    from tsm_ds.data.synthetic import make_demo_dataset
+    from tsm_ds.engine.config import resolve_recipe
+    from tsm_ds.utils.io import atomic_write_text
+
+    models = [m.strip().lower() for m in models if m.strip()]
     bad = [m for m in models if m not in MODELS]
     if bad or not models:
-        print(f"tsm-ds demo: --models {args.models!r}: use a comma-separated subset of "
-              f"{','.join(MODELS)}", file=sys.stderr)
-        return 2
-    if args.batch_size % args.nproc:
-        print(f"tsm-ds demo: --batch-size {args.batch_size} is not divisible by --nproc {args.nproc}",
-              file=sys.stderr)
-        return 2
-    if args.num_frames <= args.num_segments:
-        print(f"tsm-ds demo: --num-frames {args.num_frames} must exceed --num-segments "
-              f"{args.num_segments}: validation clips of videos with no more frames than segments "
-              f"are frame 0 repeated (official TSN sampling), so they show no motion",
-              file=sys.stderr)
-        return 2
-    if not Path(args.deepspeed_config).is_file():
-        print(f"tsm-ds demo: --deepspeed-config {args.deepspeed_config}: no such file", file=sys.stderr)
-        return 2
-    from tsm_ds.data.synthetic import make_demo_dataset
-
-    out = Path(args.out).resolve()
+        raise ValueError(f"models {models}: use a non-empty subset of {','.join(MODELS)}")
+    if training.batch_size % training.nproc:
+        raise ValueError(f"batch size {training.batch_size} is not divisible by {training.nproc} ranks")
+    ds = {"seed": training.seed, "workers": training.nproc, **(dataset or {})}
+    if ds.get("num_frames", 16) <= training.num_segments:
+        raise ValueError(f"{ds.get('num_frames', 16)} frames per video must exceed {training.num_segments} "
+                         "segments (validation clips would show no motion)")
+    resolve_recipe(training.deepspeed_config)          # a missing recipe fails before the data
+    out = Path(out).resolve()
     t0 = time.perf_counter()
-    try:
-        data = make_demo_dataset(out / "data", seed=args.seed, classes=args.classes.split(","),
-                                 train_per_class=args.train_per_class, val_per_class=args.val_per_class,
-                                 num_frames=args.num_frames, size=args.size, speed=tuple(args.speed), radius=tuple(args.radius),
-                                 distractor_prob=args.distractor_prob, clutter=args.clutter,
-                                 contrast=args.contrast, tint=args.tint, workers=args.nproc,
-                                 overwrite=args.overwrite)
-    except ValueError as e:
-        print(f"tsm-ds demo: {e}", file=sys.stderr)
-        return 2
+    data = make_demo_dataset(out / "data", **ds)
     gen_s = time.perf_counter() - t0
     n_cls = len(data["classes"])
-    print(f"demo data: {data['root']} ({n_cls} classes: {', '.join(data['classes'])}; "
-          f"{args.train_per_class} train + {args.val_per_class} val clips per class; {gen_s:.0f} s)", flush=True)
-
-    env = dict(os.environ)
-    try:
-        import torch
-        has_cuda = torch.cuda.is_available()
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        has_cuda = False
-    if not has_cuda:
-        env.setdefault("DS_ACCELERATOR", "cpu")
-        # one rank per core group: 2 unpinned ranks on 2 cores ran ~10x slower (ds_cpu_notes.md)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        env.setdefault("OMP_NUM_THREADS", str(max(1, cores // args.nproc)))
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-
+    log(f"demo data: {data['root']} ({n_cls} classes: {', '.join(data['classes'])}; "
+        f"{ds.get('train_per_class', '?')} train + {ds.get('val_per_class', '?')} val clips per class; "
+        f"{gen_s:.0f} s)")
+    env = child_env(training.nproc)
     run_root = out / "runs"
+    commands = {m: train_command(m, training, data, run_root) for m in models}
+    if dry_run:
+        return {"commands": commands, "data": data["root"], "classes": data["classes"]}
     rows = []
     for model in models:
-        cmd = train_command(model, args, data, run_root)
-        if args.dry_run:
-            print(" ".join(cmd))
-            continue
-        print(f"training {model.upper()} ({args.arch}, {args.num_segments} frames, {args.img_size} px, "
-              f"{args.epochs} epochs, {args.nproc} ranks) ...", flush=True)
-        try:
-            res, wall = run_training(cmd, out / "logs" / f"{model}.log", model, env)
-        except RuntimeError as e:
-            print(f"tsm-ds demo: {e}", file=sys.stderr)
-            return 1
+        log(f"training {model.upper()} ({training.arch}, {training.num_segments} frames, {training.img_size} px, "
+            f"{training.epochs} epochs, {training.nproc} ranks) ...")
+        res, wall = run_training(commands[model], out / "logs" / f"{model}.log", model, env, log=log)
         rows.append({"model": model, "shift": MODELS[model], "val_top1": float(res["val_top1"]),
                      "best_val_top1": float(res["best_val_top1"]), "val_clips": int(res["val_clips"]),
                      "steps": int(res["steps"]), "wall_s": round(wall, 1), "run_dir": res["run_dir"]})
-    if args.dry_run:
-        return 0
     table = format_table(rows, n_cls)
-    print("\n" + table, flush=True)
     report = {"rows": rows, "classes": data["classes"], "chance_top1": 100 / n_cls,
               "data": data["root"], "generate_s": round(gen_s, 1),
-              "total_wall_s": round(time.perf_counter() - t0, 1), "args": vars(args)}
-    _write_atomic(out / "demo_results.json", json.dumps(report, indent=2))
-    _write_atomic(out / "demo_results.md", "# tsm-ds demo\n\n" + table + "\n")
-    print(f"total {report['total_wall_s']:.0f} s; results in {out / 'demo_results.md'}", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+              "total_wall_s": round(time.perf_counter() - t0, 1),
+              "args": dict(record) if record is not None else {"training": asdict(training), "dataset": ds}}
+    atomic_write_text(out / "demo_results.json", json.dumps(report, indent=2, default=str))
+    md = atomic_write_text(out / "demo_results.md", "# tsm-ds demo\n\n" + table + "\n")
+    return {**report, "table": table, "commands": commands, "results_md": md}

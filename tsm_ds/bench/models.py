@@ -25,16 +25,22 @@ so that it runs at any clip size (no multiply-adds change).
 """
 from __future__ import annotations
 
-import argparse
+import logging
 import statistics
-import sys
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
 
-from tsm_ds.bench.report import write_report
+from tsm_ds.utils.io import write_report
+
+__all__ = ["build_zoo", "zoo_labels", "shift_overhead", "shift_op", "model_zoo", "run_models_bench"]
+
+_LOG = logging.getLogger(__name__)
+#: a progress callback: one line of text (the command passes ``print``)
+Log = Callable[[str], Any]
 
 
 class _NCTHW(nn.Module):
@@ -74,6 +80,11 @@ def build_zoo(num_classes: int, frames: int, video_frames: int
         ("r3d_18", lambda: _video_model("r3d_18", num_classes), video_frames),
         ("s3d", lambda: _video_model("s3d", num_classes), video_frames),
     ]
+
+
+def zoo_labels() -> list[str]:
+    """Labels of the benchmarked models, in table order (``TSM-R50``, ``TSN-R50``, ...)."""
+    return [label for label, _, _ in build_zoo(400, 8, 16)]
 
 
 def _clock() -> tuple[float, float]:
@@ -159,7 +170,7 @@ def _stats(ts: list[tuple[float, float]]) -> dict[str, float]:
 
 
 def shift_overhead(sizes: list[int], batch: int, frames: int, reps: int, num_classes: int = 400,
-                   log=print) -> list[dict[str, Any]]:
+                   log: Log = _LOG.info) -> list[dict[str, Any]]:
     """TSM (fused) / TSM (official out-of-place shift) / TSN ResNet-50 training steps, interleaved.
 
     Returns one row per (image size, variant) with median/min/max step time and the ratio of the
@@ -210,7 +221,7 @@ def _official_patch(model: nn.Module) -> None:
             m.forward = fwd
 
 
-def shift_op(batch: int, frames: int, img: int, reps: int, log=print) -> list[dict[str, Any]]:
+def shift_op(batch: int, frames: int, img: int, reps: int, log: Log = _LOG.info) -> list[dict[str, Any]]:
     """Time the shift alone on a ResNet-50 layer1 input (N*T, 256, img/4, img/4), float32.
 
     Rows: official out-of-place (zeros_like + slices), torch.cat reference, fused path's in-place
@@ -268,7 +279,8 @@ def shift_op(batch: int, frames: int, img: int, reps: int, log=print) -> list[di
 
 
 def model_zoo(batch: int, img: int, frames: int, video_frames: int, reps: int,
-              num_classes: int, only: list[str] | None = None, log=print) -> list[dict[str, Any]]:
+              num_classes: int, only: Sequence[str] | None = None, log: Log = _LOG.info
+              ) -> list[dict[str, Any]]:
     """Train and inference clips/s, params, MACs/FLOPs, gradient bytes for every zoo model."""
     from tsm_ds.models import complexity
 
@@ -320,73 +332,75 @@ def model_zoo(batch: int, img: int, frames: int, video_frames: int, reps: int,
     return rows
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tsm-ds bench models`` argument parser."""
-    p = argparse.ArgumentParser(prog="tsm-ds bench models", description=__doc__.split("\n")[0])
-    p.add_argument("--img-size", type=int, default=224, help="model-zoo frame size (px)")
-    p.add_argument("--batch", type=int, default=2, help="clips per step")
-    p.add_argument("--frames", type=int, default=8, help="TSM/TSN frames per clip")
-    p.add_argument("--video-frames", type=int, default=16,
-                   help="frames per clip for r2plus1d_18 / r3d_18 / s3d")
-    p.add_argument("--reps", type=int, default=5, help="interleaved repetitions (median of these)")
-    p.add_argument("--shift-sizes", default="112,224",
-                   help="comma-separated image sizes of the TSM/TSN shift-overhead comparison")
-    p.add_argument("--shift-batch", type=int, default=None, help="batch of that comparison "
-                   "(default --batch)")
-    p.add_argument("--num-classes", type=int, default=400)
-    p.add_argument("--models", default=None, help="comma-separated subset of the zoo labels")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: zoo,overhead,op")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: "
-                   "torch's). On a shared CPU use 1: busy-waiting OpenMP threads that lose their "
-                   "core made a 2-thread ResNet-50 step 4-9x slower than 1 thread here")
-    p.add_argument("--out", default="bench_out", help="output directory")
-    p.add_argument("--quick", action="store_true",
-                   help="reduced size for a CPU (~2-3 min): 112 px zoo, batch 1, 8-frame video "
-                        "models, shift overhead at 112 and 224 px with batch 1 (5 reps), model "
-                        "zoo with 3 reps, 1 thread")
-    return p
+def run_models_bench(out_dir: str | Path = "bench_out", *, img_size: int = 224, batch: int = 2,
+                     frames: int = 8, video_frames: int = 16, reps: int = 5,
+                     shift_sizes: Sequence[int] = (112, 224), shift_batch: int | None = None,
+                     num_classes: int = 400, models: Sequence[str] | None = None,
+                     skip: Sequence[str] = (), threads: int | None = None, quick: bool = False,
+                     log: Log = _LOG.info) -> dict[str, Path]:
+    """Run the models benchmark (``tsm-ds bench models``) and write its reports to ``out_dir``.
 
+    Parts, each skipped when its name is in ``skip``: ``overhead`` (:func:`shift_overhead` at
+    each of ``shift_sizes`` px, batch ``shift_batch``) -> ``shift_overhead.json/.md``; ``op``
+    (:func:`shift_op`) -> ``shift_op.json/.md``; ``zoo`` (:func:`model_zoo`, the labels in
+    ``models`` or all) -> ``models.json/.md``.
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the models benchmark; writes models.json/.md, shift_overhead.*, shift_op.* to --out."""
-    args = build_parser().parse_args(argv)
-    zoo_reps = args.reps
-    if args.quick:
-        args.img_size, args.batch, args.video_frames = 112, 1, 8
-        args.shift_batch = args.shift_batch or 1
-        args.threads = args.threads or 1
-        zoo_reps = min(args.reps, 3)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    skip = set(filter(None, args.skip.split(",")))
-    sizes = [int(s) for s in args.shift_sizes.split(",") if s]
-    sb = args.shift_batch or args.batch
+    Args:
+        out_dir: output folder (created).
+        img_size: model-zoo frame side (px); batch: clips per step; frames: TSM/TSN frames per
+            clip; video_frames: frames per clip of the torchvision video models.
+        reps: interleaved repetitions (medians are reported).
+        shift_batch: batch of the shift comparison (default ``batch``).
+        num_classes: classes of every model's head.
+        models: a subset of the zoo labels of :func:`build_zoo` (``TSM-R50``, ``TSN-R50``, ...).
+        threads: torch intra-op threads for this process (``torch.set_num_threads``; None keeps
+            torch's setting).
+        quick: reduced size for a CPU: 112 px, batch 1, 8-frame video models, shift batch 1,
+            at most 3 zoo repetitions, 1 thread (overrides those arguments).
+        log: progress lines (one per measured configuration).
+
+    Returns:
+        {report name: JSON path} of the reports written (``shift_overhead``, ``shift_op``,
+        ``models``).
+
+    Raises:
+        ValueError: a label in ``models`` is not in the zoo.
+    """
+    unknown = [m for m in models or () if m not in zoo_labels()]
+    if unknown:
+        raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(zoo_labels())}")
+    zoo_reps = reps
+    if quick:
+        img_size, batch, video_frames = 112, 1, 8
+        shift_batch = shift_batch or 1
+        threads = threads or 1
+        zoo_reps = min(reps, 3)
+    if threads:
+        torch.set_num_threads(threads)
+    skip = set(skip)
+    sb = shift_batch or batch
     torch.manual_seed(0)
-    meta = {"batch": args.batch, "img_size": args.img_size, "frames": args.frames,
-            "video_frames": args.video_frames, "reps": args.reps, "quick": args.quick,
+    meta = {"batch": batch, "img_size": img_size, "frames": frames,
+            "video_frames": video_frames, "reps": reps, "quick": quick,
             "threads": torch.get_num_threads(),
             "note": "interleaved repetitions; medians; the machine may be shared with other jobs"}
+    written: dict[str, Path] = {}
     if "overhead" not in skip:
-        print(f"[shift overhead] ResNet-50 training step, batch {sb} x {args.frames} frames, "
-              f"{args.reps} interleaved reps")
-        rows = shift_overhead(sizes, sb, args.frames, args.reps, args.num_classes)
-        write_report("shift_overhead", rows, args.out, meta={**meta, "batch": sb},
-                     title="TSM vs TSN training step (ResNet-50)")
+        log(f"[shift overhead] ResNet-50 training step, batch {sb} x {frames} frames, "
+            f"{reps} interleaved reps")
+        rows = shift_overhead(list(shift_sizes), sb, frames, reps, num_classes, log=log)
+        written["shift_overhead"], _ = write_report(
+            "shift_overhead", rows, out_dir, meta={**meta, "batch": sb},
+            title="TSM vs TSN training step (ResNet-50)")
     if "op" not in skip:
-        print(f"[shift op] layer1 activation, batch {sb} x {args.frames} frames, "
-              f"{args.img_size} px")
-        rows = shift_op(sb, args.frames, args.img_size, max(args.reps, 5))
-        write_report("shift_op", rows, args.out, meta=meta, title="Temporal shift op alone")
+        log(f"[shift op] layer1 activation, batch {sb} x {frames} frames, {img_size} px")
+        rows = shift_op(sb, frames, img_size, max(reps, 5), log=log)
+        written["shift_op"], _ = write_report("shift_op", rows, out_dir, meta=meta,
+                                              title="Temporal shift op alone")
     if "zoo" not in skip:
-        print(f"[models] batch {args.batch}, {args.img_size} px, {zoo_reps} interleaved reps")
-        only = args.models.split(",") if args.models else None
-        rows = model_zoo(args.batch, args.img_size, args.frames, args.video_frames, zoo_reps,
-                         args.num_classes, only)
-        write_report("models", rows, args.out, meta={**meta, "reps": zoo_reps},
-                     title="Video models: throughput, cost, gradient size")
-    print(f"reports written to {args.out}/")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        log(f"[models] batch {batch}, {img_size} px, {zoo_reps} interleaved reps")
+        rows = model_zoo(batch, img_size, frames, video_frames, zoo_reps, num_classes,
+                         list(models) if models else None, log=log)
+        written["models"], _ = write_report("models", rows, out_dir, meta={**meta, "reps": zoo_reps},
+                                            title="Video models: throughput, cost, gradient size")
+    return written

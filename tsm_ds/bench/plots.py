@@ -1,6 +1,6 @@
 """PNG plots of the benchmark JSON files (matplotlib, Agg backend: no display needed).
 
-Each ``plot_*`` function reads one JSON written by :func:`tsm_ds.bench.report.write_report` and
+Each ``plot_*`` function reads one JSON written by :func:`tsm_ds.utils.io.write_report` and
 returns the PNG path, or None when the JSON is missing, unreadable or holds no plottable rows
 (``tsm-ds bench all`` must survive a bench that failed). Field names are found by looking at the
 rows, not hard-coded, because each bench has its own owner:
@@ -26,7 +26,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-from tsm_ds.bench.report import read_report  # noqa: E402
+from tsm_ds.utils.io import atomic_path, read_report  # noqa: E402
 
 NAME_KEYS = ("model", "name", "arch", "loader", "variant", "config", "compressor", "method", "mode",
              "label", "case")
@@ -90,15 +90,12 @@ def _bars(rows: Sequence[dict[str, Any]], cols: Sequence[str], title: str, ylabe
 
 
 def _save(fig, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.png")
+    """Write ``fig`` to the PNG ``out`` atomically and close it; returns ``out``."""
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, out)
+        with atomic_path(out, suffix=".png") as tmp:   # matplotlib picks the format by extension
+            fig.savefig(tmp, dpi=110)
     finally:
         plt.close(fig)
-        if tmp.exists():
-            tmp.unlink()
     return out
 
 

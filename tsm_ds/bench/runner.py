@@ -1,124 +1,86 @@
-"""``tsm-ds bench {models,data,comm,scale,all}``: the benchmark entry point.
+"""``tsm-ds bench all``, the library half: every bench in its own process, then the summary.
 
-A single bench runs in this process: ``tsm-ds bench scale --out-dir R`` calls
-``tsm_ds.bench.scaling.main(["--out-dir", "R"])``. ``all`` runs every bench one after the other,
-each in its own Python process (a bench that crashes, hangs or runs out of memory cannot take the
-others with it; each has a time limit), passes ``--quick`` when no GPU is present (reduced sizes:
-the set fits in about 10 minutes on a 2-core CPU) and full sizes on a GPU, then writes
-``summary.json`` / ``summary.md`` (every bench's status, time and table) and the PNG plots of
-:mod:`tsm_ds.bench.plots` into the same folder.
+Each bench runs as ``python -m tsm_ds.cli bench NAME ARGV`` in a new process group with a time
+limit (a bench that crashes, hangs or runs out of memory cannot take the others with it; on
+time-out the whole group, DataLoader workers and ranks included, is stopped). Then
+``summary.json`` / ``summary.md`` (every bench's status, time and table, with the key numbers) and
+the PNG plots of :mod:`tsm_ds.bench.plots` are written into the same folder. The command line
+(which argv each bench gets, ``--quick`` without a GPU) is :mod:`tsm_ds.cli.bench`.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib
-import importlib.util
-import inspect
-import io
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
-#: bench name -> (module, one-line help)
-BENCHES: dict[str, tuple[str, str]] = {
-    "models": ("tsm_ds.bench.models", "throughput, FLOPs, parameters, gradient bytes: TSM vs TSN vs I3D vs torchvision"),
-    "data": ("tsm_ds.bench.data", "clip loader throughput: decode strategies, workers, frames per clip"),
-    "comm": ("tsm_ds.bench.comm", "gradient communication: bytes and time per step, fp32 / bf16 / 1-bit"),
-    "scale": ("tsm_ds.bench.scaling", "analytic scaling model: 6 -> 1,536 GPUs, TSM vs I3D, what-ifs"),
-}
-#: order and per-bench time limits (s) of ``all``: (quick, full)
-ALL_ORDER: tuple[str, ...] = ("comm", "data", "models", "scale")  # scale last: it reads the others' JSON
+from tsm_ds.utils.io import append_markdown, markdown_table, read_report, write_report
+
+__all__ = ["ALL_ORDER", "TIME_LIMITS", "DEFAULT_OUT", "BenchJob", "AllResult", "run_subprocess",
+           "write_summary", "run_all"]
+
+#: order of ``all`` (scale last: it reads the others' JSON)
+ALL_ORDER: tuple[str, ...] = ("comm", "data", "models", "scale")
+#: per-bench time limits of ``all`` in seconds: (quick, full)
 TIME_LIMITS: dict[str, tuple[float, float]] = {
     "models": (400.0, 3600.0), "data": (240.0, 3600.0), "comm": (180.0, 1800.0), "scale": (60.0, 60.0)}
+#: default output folder of the benches
 DEFAULT_OUT = "bench_out"
 
 
-def _usage() -> str:
-    width = max(len(n) for n in BENCHES)
-    lines = ["usage: tsm-ds bench <bench> [options]", "", "benches:"]
-    lines += [f"  {n.ljust(width)}  {h}" for n, (_, h) in BENCHES.items()]
-    lines += [f"  {'all'.ljust(width)}  every bench above (--quick on CPU, full size on a GPU), "
-              "then summary.md and the PNG plots",
-              "", "Run 'tsm-ds bench <bench> --help' for a bench's options."]
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class BenchJob:
+    """One bench of an ``all`` run.
 
-
-def bench_options(module_name: str) -> set[str]:
-    """Option strings (``--out-dir``, ``--quick``, ...) bench ``module_name`` accepts.
-
-    Asked of its ``build_parser()`` when it has one, else read from its argparse ``--help`` text
-    (``main(["--help"])`` exits before any work); a module without argparse or that fails to
-    import gives an empty set (the subprocess will then show the real error).
+    Attributes:
+        name: the bench (``models``, ``data``, ``comm``, ``scale``): ``tsm-ds bench NAME``.
+        argv: its arguments (output folder, ``--quick``, ...).
+        skip: why it is not run (e.g. its module is not installed); None runs it.
     """
-    try:
-        module = importlib.import_module(module_name)
-    except Exception:  # noqa: BLE001
-        return set()
-    build = getattr(module, "build_parser", None)
-    if callable(build):
-        try:
-            return {o for a in build()._actions for o in a.option_strings}
-        except Exception:  # noqa: BLE001
-            pass
-    try:
-        if "argparse" not in inspect.getsource(module):
-            return set()
-    except (OSError, TypeError):
-        return set()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        try:
-            module.main(["--help"])
-        except SystemExit:
-            pass
-        except Exception:  # noqa: BLE001
-            return set()
-    return set(re.findall(r"(?<![\w-])--[A-Za-z0-9][\w-]*", out.getvalue()))
+
+    name: str
+    argv: tuple[str, ...] = ()
+    skip: str | None = None
 
 
-def bench_argv(name: str, out_dir: str, *, quick: bool, extra: Sequence[str] = ()) -> list[str]:
-    """The argument list ``all`` gives bench ``name``: its output-folder flag (``--out-dir`` or
-    ``--out``) with ``out_dir``, ``--quick`` when ``quick`` and the bench takes it, then ``extra``."""
-    opts = bench_options(BENCHES[name][0])
-    argv: list[str] = []
-    for flag in ("--out-dir", "--out", "--output-dir"):
-        if flag in opts:
-            argv += [flag, out_dir]
-            break
-    if quick and "--quick" in opts:
-        argv.append("--quick")
-    return argv + list(extra)
+@dataclass
+class AllResult:
+    """What :func:`run_all` did: one row per bench, the plots, the summary's markdown path."""
+
+    results: list[dict[str, Any]]
+    plots: dict[str, Path | str]
+    summary_md: Path
 
 
-def run_one(name: str, argv: Sequence[str]) -> int:
-    """Run bench ``name`` in this process with ``argv``; return its exit status.
+def run_subprocess(name: str, argv: Sequence[str], timeout: float, log: IO[str],
+                   env: dict[str, str] | None = None,
+                   echo: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """Run ``python -m tsm_ds.cli bench name argv`` with a time limit.
 
-    Returns 2 (with a message naming the module) when the bench module is not there.
+    Its output (stdout and stderr, line by line) goes to the open text file ``log`` and to
+    ``echo`` (e.g. ``sys.stdout.write``; None: not echoed), framed by a header and a status line.
+    On time-out its process group gets SIGTERM, then SIGKILL after 10 s.
+
+    Args:
+        name: the bench; argv: its arguments; timeout: seconds; env: the child's environment
+            (None: this process's).
+
+    Returns:
+        {"bench", "argv" (joined), "rc" (-1 on time-out), "seconds", "status" ("ok",
+        "failed (exit N)", "timed out after N s")}.
     """
-    module_name = BENCHES[name][0]
-    if importlib.util.find_spec(module_name) is None:
-        print(f"tsm-ds bench {name}: module {module_name} is not installed in this checkout",
-              file=sys.stderr)
-        return 2
-    module = importlib.import_module(module_name)
-    return int(module.main(list(argv)) or 0)
+    def say(text: str) -> None:
+        log.write(text)
+        if echo is not None:
+            echo(text)
 
-
-def _run_subprocess(name: str, argv: Sequence[str], timeout: float, log,
-                    env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``python -m tsm_ds.cli bench name argv`` with a time limit, echoing its output to
-    stdout and ``log``. Returns {"bench", "argv", "rc", "seconds", "status"}."""
     cmd = [sys.executable, "-m", "tsm_ds.cli", "bench", name, *argv]
-    header = f"\n=== tsm-ds bench {name} {' '.join(argv)} (limit {timeout:.0f} s) ===\n"
-    sys.stdout.write(header)
-    log.write(header)
+    say(f"\n=== tsm-ds bench {name} {' '.join(argv)} (limit {timeout:.0f} s) ===\n")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1, start_new_session=True, env=env)
@@ -126,8 +88,7 @@ def _run_subprocess(name: str, argv: Sequence[str], timeout: float, log,
     def pump() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            sys.stdout.write(line)
-            log.write(line)
+            say(line)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -145,17 +106,15 @@ def _run_subprocess(name: str, argv: Sequence[str], timeout: float, log,
         rc, status = -1, f"timed out after {timeout:.0f} s"
     reader.join(timeout=5)
     seconds = time.perf_counter() - t0
-    line = f"=== bench {name}: {status} in {seconds:.1f} s ===\n"
-    sys.stdout.write(line)
-    log.write(line)
+    say(f"=== bench {name}: {status} in {seconds:.1f} s ===\n")
     log.flush()
     return {"bench": name, "argv": " ".join(argv), "rc": rc, "seconds": round(seconds, 1), "status": status}
 
 
 def _headline(out: Path) -> list[str]:
-    """Key numbers of the summary, from the JSONs that exist (scale.json explicitly)."""
-    from tsm_ds.bench.report import read_report
-
+    """Key numbers of the summary (markdown bullet lines), from the bench JSONs in ``out`` that
+    exist: TSM/other throughput ratios (models.json), our loader against the others (data.json),
+    gradient bytes per method (comm.json), the scaling prediction and TSM vs I3D (scale.json)."""
     lines: list[str] = []
     models = read_report(out / "models.json")
     if models:
@@ -207,9 +166,18 @@ def _headline(out: Path) -> list[str]:
 def write_summary(out: Path, results: Sequence[dict[str, Any]], plots: dict[str, Any], *,
                   quick: bool, started: float) -> Path:
     """``summary.json`` (one row per bench: status, seconds) and ``summary.md``: headline numbers,
-    each bench's markdown report, the plots. Returns the markdown path."""
-    from tsm_ds.bench.report import append_markdown, markdown_table, write_report
+    each bench's markdown report, the plots. Returns the markdown path.
 
+    Args:
+        out: the folder of the bench reports; both files are written there (atomically).
+        results: one dict per bench ({"bench", "argv", "rc", "seconds", "status"}).
+        plots: {plot name: PNG path, or why there is none} (:func:`tsm_ds.bench.plots.make_plots`).
+        quick: the reduced sizes were used (stated in the summary).
+        started: ``time.perf_counter()`` at the start of the run (for the total time).
+
+    Raises:
+        OSError: ``out`` is not writable.
+    """
     meta = {"mode": "quick (CPU, reduced sizes)" if quick else "full size",
             "total_seconds": round(time.perf_counter() - started, 1),
             "plots": {k: str(v) for k, v in plots.items()},
@@ -233,77 +201,41 @@ def write_summary(out: Path, results: Sequence[dict[str, Any]], plots: dict[str,
     return append_markdown(md_path, "\n".join(parts) + "\n", replace=True)
 
 
-def run_all(argv: Sequence[str]) -> int:
-    """``tsm-ds bench all``: every bench in its own process, then summary and plots.
+def run_all(out_dir: str | os.PathLike, jobs: Sequence[BenchJob], *, quick: bool,
+            time_limit_scale: float = 1.0, env: dict[str, str] | None = None,
+            echo: Callable[[str], Any] | None = None) -> AllResult:
+    """Run ``jobs`` one after the other, each in its own process (:func:`run_subprocess`) with
+    its :data:`TIME_LIMITS` entry (quick or full) times ``time_limit_scale``, logging to
+    ``out_dir/bench_all.log``; then the plots and the summary (:func:`write_summary`).
 
-    Returns 0 when every bench succeeded, 1 otherwise (the summary is written either way).
+    Args:
+        out_dir: folder of every report (created).
+        jobs: the benches in run order; a job with ``skip`` set gets a "skipped: ..." row.
+        quick: the reduced sizes are used (selects the time limits; stated in the summary).
+        env: the children's environment (None: this process's).
+        echo: receives the children's output as it comes (None: the log file only).
+
+    Returns:
+        :class:`AllResult`; the summary is written whether or not the benches succeeded.
+
+    Raises:
+        KeyError: a job names a bench without a time limit.
+        OSError: ``out_dir`` is not writable.
     """
-    ap = argparse.ArgumentParser(prog="tsm-ds bench all", description=_usage())
-    ap.add_argument("--out-dir", default=DEFAULT_OUT, help="output folder (default %(default)s)")
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="reduced sizes (default without a GPU)")
-    mode.add_argument("--full", action="store_true", help="full sizes (default with a GPU)")
-    ap.add_argument("--only", default=",".join(ALL_ORDER),
-                    help="comma-separated benches to run (default %(default)s)")
-    ap.add_argument("--time-limit-scale", type=float, default=1.0,
-                    help="multiply every bench's time limit by this")
-    args = ap.parse_args(list(argv))
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BENCHES]
-    if unknown:
-        print(f"tsm-ds bench all: unknown bench(es) {unknown}; choose from {sorted(BENCHES)}", file=sys.stderr)
-        return 2
-    if (args.quick or args.full) and names == ["scale"]:
-        has_gpu = False                           # the model needs neither torch nor a GPU
-    else:
-        import torch
-
-        has_gpu = torch.cuda.is_available()
-    quick = args.quick if (args.quick or args.full) else not has_gpu
-    env = dict(os.environ)
-    if not has_gpu:
-        env.setdefault("DS_ACCELERATOR", "cpu")   # DeepSpeed's CPU accelerator for bench comm
-    out = Path(args.out_dir)
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results = []
     with open(out / "bench_all.log", "w") as log:
-        for name in names:
-            if importlib.util.find_spec(BENCHES[name][0]) is None:
-                results.append({"bench": name, "argv": "", "rc": None, "seconds": 0.0,
-                                "status": f"skipped: {BENCHES[name][0]} not present"})
+        for job in jobs:
+            if job.skip is not None:
+                results.append({"bench": job.name, "argv": "", "rc": None, "seconds": 0.0,
+                                "status": f"skipped: {job.skip}"})
                 continue
-            limit = TIME_LIMITS[name][0 if quick else 1] * args.time_limit_scale
-            results.append(_run_subprocess(name, bench_argv(name, str(out), quick=quick), limit, log, env))
+            limit = TIME_LIMITS[job.name][0 if quick else 1] * time_limit_scale
+            results.append(run_subprocess(job.name, job.argv, limit, log, env, echo))
     from tsm_ds.bench.plots import make_plots
 
     plots = make_plots(out)
     md = write_summary(out, results, plots, quick=quick, started=started)
-    print(f"\nwrote {md}")
-    for r in results:
-        print(f"  {r['bench']:7s} {r['status']} ({r['seconds']} s)")
-    for k, v in plots.items():
-        print(f"  plot {k}: {v}")
-    return 0 if all(r["status"] == "ok" for r in results) else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``tsm-ds bench <bench> ...``; ``all`` runs the set.
-
-    Returns the bench's exit status; 2 for an unknown bench.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0
-    name, rest = argv[0], argv[1:]
-    if name == "all":
-        return run_all(rest)
-    if name not in BENCHES:
-        print(f"tsm-ds bench: unknown bench {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    return run_one(name, rest)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return AllResult(results, plots, md)

@@ -7,9 +7,8 @@ softmax probabilities. Results (rank 0 writes them): see :mod:`tsm_ds.inference.
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -50,7 +49,7 @@ def map_labels(dataset_classes: Sequence[str] | None, model_classes: Sequence[st
     return None if mapping == list(range(len(model_classes))) else mapping
 
 
-def load_records(args: argparse.Namespace) -> tuple[list, list[str] | None]:
+def load_records(args: Any) -> tuple[list, list[str] | None]:
     """The evaluation records and the dataset's class names (None for list files) from the CLI flags.
 
     ``--list FILE [--root DIR]``: a video list (``path label`` lines); ``--data DIR``: class folders,
@@ -79,7 +78,7 @@ def load_records(args: argparse.Namespace) -> tuple[list, list[str] | None]:
 # distributed
 
 
-def evaluate(args: argparse.Namespace) -> dict | None:
+def evaluate(args: Any) -> dict | None:
     """Run the evaluation described by parsed ``tsm-ds eval`` arguments (see :mod:`tsm_ds.cli.eval`).
 
     Returns the metrics dict on rank 0 (also written to ``args.out``), None on other ranks.

@@ -7,7 +7,6 @@ e.g. ``kinetics400_labels.txt``). Used by ``tsm-ds eval``, ``predict`` and ``exp
 """
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,7 +219,7 @@ def _load_state(model: torch.nn.Module, state: dict, where: Path) -> None:
                          f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
 
 
-def checkpoint_overrides(args: argparse.Namespace) -> dict:
+def checkpoint_overrides(args: Any) -> dict:
     """``build_model`` overrides from ``--num-segments``, ``--arch``, ``--num-classes`` (those given)."""
     pairs = (("num_segments", getattr(args, "num_segments", None)), ("arch", getattr(args, "arch", None)),
              ("num_classes", getattr(args, "num_classes", None)))

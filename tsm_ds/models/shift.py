@@ -21,7 +21,7 @@ Two implementations of one definition
   activation is ever allocated or saved. Gradients equal the reference (see tests/test_shift.py:
   gradcheck in float64 and comparison with the out-of-place path).
 
-  Why this matters (``python -m tsm_ds.bench.models --skip zoo,op --shift-sizes 112,224 --batch 1
+  Why this matters (``python -m tsm_ds.cli.bench_models --skip zoo,op --shift-sizes 112,224 --batch 1
   --threads 1``; ResNet-50 training step, batch 1 x 8 frames, 1 thread, interleaved repetitions
   on the quiet 2-core machine): TSM/TSN step-time ratio at 112 px 1.013 / 1.023 / 1.028 / 1.038
   in four runs of 11-21 reps (median 1.026), 1.020 at 224 px; the official out-of-place shift
