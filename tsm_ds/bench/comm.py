@@ -102,7 +102,7 @@ def launch(out_dir: str | os.PathLike, *, world_size: int = 2, methods: Sequence
     """
     import torch
 
-    from tsm_ds.bench.demo import free_port, launcher_command
+    from tsm_ds.engine.dist import free_port, launcher_command
 
     methods = check_methods(methods)
     env = dict(os.environ)

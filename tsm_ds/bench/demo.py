@@ -32,17 +32,16 @@ import json
 import logging
 import os
 import re
-import shutil
 import site
-import socket
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["MODELS", "TRAIN_MODULE", "DEFAULT_RECIPE", "TrainSettings", "launcher_command", "free_port",
+from tsm_ds.engine.dist import free_port, launcher_command
+
+__all__ = ["MODELS", "TRAIN_MODULE", "DEFAULT_RECIPE", "TrainSettings",
            "train_command", "child_env", "run_training", "format_table", "run_demo"]
 
 _LOG = logging.getLogger(__name__)
@@ -83,26 +82,6 @@ class TrainSettings:
     nproc: int = 2
     num_workers: int = 1
     seed: int = 0
-
-
-def launcher_command() -> list[str]:
-    """The ``deepspeed`` launcher of this interpreter's environment.
-
-    The console script next to ``sys.executable`` when present (a venv's ``bin/deepspeed``), else
-    the one on ``PATH``, else the same code as a module: ``python -m deepspeed.launcher.runner``.
-    """
-    exe = Path(sys.executable).parent / "deepspeed"
-    if exe.is_file():
-        return [str(exe)]
-    found = shutil.which("deepspeed")
-    return [found] if found else [sys.executable, "-m", "deepspeed.launcher.runner"]
-
-
-def free_port() -> int:
-    """An unused TCP port on localhost for the launcher's rendezvous (others may hold 29500)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def train_command(model: str, settings: TrainSettings, data: Mapping[str, Any], run_root: Path) -> list[str]:

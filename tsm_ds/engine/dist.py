@@ -7,6 +7,9 @@ accelerator leaves a 69 MB /dev/shm buffer per rank unless it is removed at exit
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -98,3 +101,23 @@ def release_cpu_shm_at_exit() -> Path | None:
         _SHM_REGISTERED.add(path)
         atexit.register(path.unlink, missing_ok=True)
     return path
+
+
+def launcher_command() -> list[str]:
+    """The ``deepspeed`` launcher of this interpreter's environment.
+
+    The console script next to ``sys.executable`` when present (a venv's ``bin/deepspeed``), else
+    the one on ``PATH``, else the same code as a module: ``python -m deepspeed.launcher.runner``.
+    """
+    exe = Path(sys.executable).parent / "deepspeed"
+    if exe.is_file():
+        return [str(exe)]
+    found = shutil.which("deepspeed")
+    return [found] if found else [sys.executable, "-m", "deepspeed.launcher.runner"]
+
+
+def free_port() -> int:
+    """An unused TCP port on localhost for the launcher's rendezvous (others may hold 29500)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
