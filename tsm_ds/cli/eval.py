@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     from tsm_ds.models.weights import CheckpointError
 
     try:
-        metrics = evaluate(args)
+        metrics = evaluate(args, log=lambda line: print(line, flush=True))
     except (FileNotFoundError, ValueError, CheckpointError) as e:
         print(f"tsm-ds eval: {e}", file=sys.stderr)
         return 2

@@ -7,8 +7,8 @@ softmax probabilities. Results (rank 0 writes them): see :mod:`tsm_ds.inference.
 """
 from __future__ import annotations
 
-import sys
-from typing import Any, Sequence
+import logging
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -74,12 +74,14 @@ def load_records(args: Any) -> tuple[list, list[str] | None]:
     return list(records), (list(names) if names is not None else None)
 
 
-# ---------------------------------------------------------------------------------------------
-# distributed
 
-
-def evaluate(args: Any) -> dict | None:
+def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | None:
     """Run the evaluation described by parsed ``tsm-ds eval`` arguments (see :mod:`tsm_ds.cli.eval`).
+
+    ``args`` carries the command's option attributes (checkpoint, labels, data / list / root /
+    split, num_clips, num_crops, sampling, num_segments, img_size, average, batch_size, workers,
+    max_clips, out, no_plot); ``log`` receives rank 0's progress lines (checkpoint notes, the
+    protocol), default: the ``tsm_ds.inference`` logger.
 
     Returns the metrics dict on rank 0 (also written to ``args.out``), None on other ranks.
     Raises ValueError / FileNotFoundError for bad checkpoints or data (see :func:`load_for_inference`).
@@ -107,10 +109,11 @@ def evaluate(args: Any) -> dict | None:
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, shuffle=False,
                         num_workers=args.workers)
     if rank == 0:
+        log = log or logging.getLogger("tsm_ds.inference").info
         for note in loaded.notes:
-            print(f"note: {note}", file=sys.stderr)
-        print(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
-              f"{args.img_size}px, average={args.average}, world size {world}", flush=True)
+            log(f"note: {note}")
+        log(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
+            f"{args.img_size}px, average={args.average}, world size {world}")
     forward = MultiViewForward(protocol.num_views, args.average, max_clips=args.max_clips)
     indices, scores, labels = gather_predictions(loaded.model, loader, forward=forward)
     if len(indices) != len(dataset):
