@@ -103,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg_path = str(resolve_recipe(args.deepspeed_config or (
             "cpu_fp32" if os.environ.get("DS_ACCELERATOR") == "cpu" else "gpu_fp16")))
-        if not args.deepspeed_config:
-            log.info("no --deepspeed_config: using %s", cfg_path)
+        log.info("engine JSON: %s%s", cfg_path, "" if args.deepspeed_config else " (no --deepspeed_config: default)")
         engine_json = load_config(cfg_path)
     except ConfigError as e:
         log.error("%s", e)
