@@ -8,7 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tsm_ds.data import decode as D
+from tsm_ds.data import video as D
+from tsm_ds.data.video import index as video_index
 from tsm_ds.data.testvideo import number_frame, read_number, write_numbered_video
 
 N = 120
@@ -162,9 +163,9 @@ def test_rotation_metadata_applied_like_ffmpeg_autorotate(tmp_path, rotation, k)
 def test_rotation_direction_on_a_known_image():
     img = np.zeros((2, 3, 3), np.uint8)
     img[0, 0] = 255  # top-left marker
-    cw = D._rotate(img, -90)  # ffmpeg transpose=clock: top-left goes to top-right
+    cw = D.rotate(img, -90)  # ffmpeg transpose=clock: top-left goes to top-right
     assert cw.shape == (3, 2, 3) and cw[0, 1, 0] == 255
-    ccw = D._rotate(img, 90)  # top-left goes to bottom-left
+    ccw = D.rotate(img, 90)  # top-left goes to bottom-left
     assert ccw[2, 0, 0] == 255
 
 
@@ -271,6 +272,51 @@ def test_iter_frames_streams_in_one_pass(videos):
     assert [i for i, _ in rot] == [0, 50, 100] and [read_number(f) for _, f in rot] == [0, 50, 100]
 
 
+def test_iter_decoded_is_the_sequential_loop(videos, tmp_path):
+    # every frame in presentation order, counted; raw frames, converted by the caller
+    st = D.DecodeStats()
+    frames = [D.to_rgb(f) for f in D.iter_decoded(videos["mpeg4_bframes.avi"], stats=st)]
+    assert numbers(frames) == list(range(N)) and st.decoded == N and st.error is None
+    # a file cut part-way: the loop stops quietly, the stats say why, the frames before are kept
+    import av
+
+    src = videos["mpeg4_no_b.avi"]
+    with av.open(src) as c:
+        pos = [pk.pos for pk in c.demux(video=0) if pk.size]
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(open(src, "rb").read()[: pos[30] + 4])
+    kept = numbers(D.to_rgb(f) for f in D.iter_decoded(cut))
+    assert kept[:30] == list(range(30)) and len(kept) in (30, 31)  # frame 30: concealed if any
+    with pytest.raises(D.VideoOpenError):
+        next(D.iter_decoded(tmp_path / "nope.mp4"))
+
+
+def test_iter_frames_fills_a_short_stream_as_decode_frames_does(tmp_path):
+    p = write_numbered_video(tmp_path / "v.mkv", 20, gop=5)
+    # the caller's frame count exceeds the decodable frames by 3 (as DivX placeholder packets do)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = list(D.iter_frames(p, stride=2, num_frames=23))
+        list(D.iter_frames(p, stride=2, num_frames=23))
+    assert [i for i, _ in got] == list(range(0, 23, 2))
+    assert numbers(f for _, f in got) == list(range(0, 20, 2)) + [19, 19]
+    msgs = [str(x.message) for x in w if "could not be decoded" in str(x.message)]
+    assert len(msgs) == 1 and str(p) in msgs[0] and "last decoded frame 19" in msgs[0]
+    # num_frames also ends the pass: nothing at or past it
+    assert [i for i, _ in D.iter_frames(p, num_frames=7, stride=3)] == [0, 3, 6]
+
+
+def test_iter_frames_reads_frame_folders(tmp_path):
+    from PIL import Image
+
+    d = tmp_path / "clip"
+    d.mkdir()
+    for i in range(7):
+        Image.fromarray(number_frame(i)).save(d / f"img_{i + 1:05d}.jpg", quality=95)
+    got = list(D.iter_frames(d, stride=3, start=1))
+    assert [i for i, _ in got] == [1, 4] and numbers(f for _, f in got) == [1, 4]
+
+
 def test_short_side_scales_down_during_conversion(videos):
     path = videos["h264_bframes_short_gop.mp4"]
     small = D.decode_frames(path, [3, 100], short_side=32)
@@ -282,11 +328,11 @@ def test_short_side_scales_down_during_conversion(videos):
 
 
 def test_index_cache_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(D, "INDEX_CACHE_SIZE", 2)
+    monkeypatch.setattr(video_index, "INDEX_CACHE_SIZE", 2)
     D.clear_index_cache()
     paths = [write_numbered_video(tmp_path / f"c{i}.mkv", 5 + i, gop=5) for i in range(3)]
     assert [D.count_frames(p) for p in paths] == [5, 6, 7]
-    assert len(D._index_cache) == 2
+    assert len(video_index._index_cache) == 2
     assert D.count_frames(paths[0]) == 5  # rebuilt after eviction
     D.clear_index_cache()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tsm_ds.data import decode as D
+from tsm_ds.data import video as D
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import VideoRecord, split_by_source_group
 from tsm_ds.data.sampling import tsn_val_indices
@@ -42,7 +42,7 @@ def reference_frames(path: str, wanted: set[int]) -> tuple[dict[int, np.ndarray]
         try:
             for frame in c.decode(s):
                 if n in wanted:
-                    out[n] = D._rotate(frame.to_ndarray(format="rgb24"), frame.rotation)
+                    out[n] = D.rotate(frame.to_ndarray(format="rgb24"), frame.rotation)
                 n += 1
         except av.FFmpegError:
             pass

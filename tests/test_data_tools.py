@@ -10,7 +10,7 @@ import pytest
 from tsm_ds.cli import check_videos as check_cli
 from tsm_ds.cli import prepare as prepare_cli
 from tsm_ds.data import check
-from tsm_ds.data import decode as D
+from tsm_ds.data import video as D
 from tsm_ds.data.records import read_video_list
 from tsm_ds.data.testvideo import read_number, write_numbered_video
 

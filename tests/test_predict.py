@@ -10,7 +10,7 @@ import torch
 
 from tsm_ds.cli import predict as predict_cli
 from tsm_ds.inference import predict
-from tsm_ds.data import decode
+from tsm_ds.data import video
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import VideoRecord
 from tsm_ds.engine.checkpoint import export_model
@@ -103,7 +103,7 @@ def test_predict_online_streams_frames_through_step(shared_data, tmp_path, capsy
     assert [int(ln.split()[1]) for ln in running] == [0, 3, 6, 9, 12, 15, 18, 21]
     assert all(ln.split()[2] in names for ln in running)
     # reference: the same 8 frames through model.step; prediction = softmax(mean of last 4 logits)
-    frames = decode.decode_frames(clip, list(range(0, 24, 3)))
+    frames = video.decode_frames(clip, list(range(0, 24, 3)))
     cache, logits = None, []
     with torch.no_grad():
         for f in frames:

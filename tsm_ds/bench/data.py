@@ -13,7 +13,7 @@ generated textured 640x360 25 fps video (5 minutes; ``--quick``: 1 minute) encod
 keyframe every 250 frames (long GOP, as many web videos) and every 25 frames (short GOP).
 
 Loaders:
-- ``tsm_ds``: :func:`tsm_ds.data.decode.decode_frames` (cached packet index; seek only when the
+- ``tsm_ds``: :func:`tsm_ds.data.video.decode_frames` (cached packet index; seek only when the
   next keyframe lies ahead; converts only the requested frames). The index is built once per file
   before timing (``index_ms`` reports that one-time cost).
 - ``tsm_ds_short256``: the same, scaling frames to a short side of 256 during the RGB conversion
@@ -59,41 +59,39 @@ LOADERS: tuple[str, ...] = ("tsm_ds", "tsm_ds_short256", "decode_all", "torchcod
 
 # ---------------------------------------------------------------------------------------------
 def _tsm_ds(path: str, idx: list[int]) -> tuple[np.ndarray, int | None]:
-    from tsm_ds.data import decode as D
+    from tsm_ds.data import video
 
-    st = D.DecodeStats()
-    return D.decode_frames(path, idx, stats=st), st.decoded
+    st = video.DecodeStats()
+    return video.decode_frames(path, idx, stats=st), st.decoded
 
 
 def _tsm_ds_short(path: str, idx: list[int]) -> tuple[np.ndarray, int | None]:
-    from tsm_ds.data import decode as D
+    from tsm_ds.data import video
 
-    st = D.DecodeStats()
-    return D.decode_frames(path, idx, stats=st, short_side=256), st.decoded
+    st = video.DecodeStats()
+    return video.decode_frames(path, idx, stats=st, short_side=256), st.decoded
 
 
 def _decode_all(path: str, idx: list[int]) -> tuple[np.ndarray, int | None]:
     """Decode and convert every frame in order, keep the requested ones (holding all frames
     would need 1 GB for a 1-minute 360p video; the work is the same)."""
-    from tsm_ds.data import decode as D
+    from tsm_ds.data import video
 
     want = set(idx)
     kept: dict[int, np.ndarray] = {}
     n = 0
-    c = D._open(path)
+    frames = video.iter_decoded(path, thread_count=1)  # stops quietly at a decode error
     try:
-        s = D._video_stream(c, path)
-        D._configure(s, 1)
-        try:
-            for frame in c.decode(s):
-                img = D._rotate(frame.to_ndarray(format="rgb24"), frame.rotation)
-                if n in want:
-                    kept[n] = img
-                n += 1
-        except Exception:
-            pass
+        for frame in frames:
+            try:
+                img = video.to_rgb(frame)
+            except Exception:  # a conversion error ends the pass like a decode error
+                break
+            if n in want:
+                kept[n] = img
+            n += 1
     finally:
-        c.close()
+        frames.close()
     last = max(kept) if kept else None
     return np.stack([kept.get(i, kept[last] if last is not None else None) for i in idx]), n
 
@@ -165,11 +163,11 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def bench_input(name: str, files: list[str], loaders: dict[str, Callable], reps: int) -> list[dict]:
     """Time every loader on ``files`` (one 8-frame centre clip per file), interleaved."""
-    from tsm_ds.data import decode as D
+    from tsm_ds.data import video
     from tsm_ds.data.sampling import tsn_val_indices
 
     t0 = time.perf_counter()
-    clips = [(f, tsn_val_indices(D.count_frames(f), 8).tolist()) for f in files]
+    clips = [(f, tsn_val_indices(video.count_frames(f), 8).tolist()) for f in files]
     index_ms = (time.perf_counter() - t0) * 1e3 / len(files)
     # reference frames (decode everything in order) and a correctness pass per loader
     ref = {}

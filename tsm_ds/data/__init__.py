@@ -1,9 +1,10 @@
 """tsm_ds.data: annotations -> frame indices -> decoded frames -> transformed clips.
 
 Modules: records (list files, class folders, Kinetics CSV, manifest split), sampling (TSN /
-dense / multi-clip indices), decode (PyAV, exact frames, cached packet index), transforms
-(official crops, ImageNet normalisation), dataset (VideoClipDataset), prepare / check (the
-``tsm-ds prepare`` / ``tsm-ds check-videos`` commands), testvideo (numbered test videos).
+dense / multi-clip indices), video (PyAV, exact frames, cached packet index; a package),
+transforms (official crops, ImageNet normalisation), dataset (VideoClipDataset), prepare / check
+(the ``tsm-ds prepare`` / ``tsm-ds check-videos`` commands), synthetic (the demo dataset
+generator; a package), testvideo (numbered test videos).
 
 The names below are imported lazily, so ``import tsm_ds.data.records`` does not load torch.
 """
@@ -16,7 +17,7 @@ _EXPORTS = {
     "read_kinetics_csv": "records", "read_label_map": "records",
     "split_by_source_group": "records", "write_video_list": "records",
     "clip_indices": "sampling",
-    "decode_frames": "decode", "count_frames": "decode", "VideoError": "decode",
+    "decode_frames": "video", "count_frames": "video", "VideoError": "video",
     "ClipTransform": "transforms",
     "VideoClipDataset": "dataset",
 }

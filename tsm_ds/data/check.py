@@ -45,7 +45,7 @@ def load_records(source: str, root: str | None = None):
 def check_file(path: str, num_frames: int | None = None, full: bool = False) -> dict:
     """Check one video (or frame folder). Returns a flat dict: path, status, reason, num_frames
     (packet count), decodable (frames decoded; full mode only), width, height, seekable."""
-    from . import decode as D
+    from . import video as D
     from .sampling import tsn_val_indices
 
     row = {"path": path, "status": "ok", "reason": "", "num_frames": None, "decodable": None,
@@ -80,12 +80,12 @@ def check_file(path: str, num_frames: int | None = None, full: bool = False) -> 
 def _decode_everything(path: str) -> tuple[int, str]:
     import av
 
-    from . import decode as D
+    from . import video as D
 
     n, err = 0, ""
-    c = D._open(path)
+    c = D.open_video(path)
     try:
-        s = D._video_stream(c, path)
+        s = D.video_stream(c, path)
         s.codec_context.thread_count = 1
         try:
             for _ in c.decode(s):

@@ -14,7 +14,7 @@ reported once per file and process (``RuntimeWarning`` naming the file and the r
 the rate) and replaced by another record drawn at random under the same seed (attempt 1, 2, ...).
 After ``max_replacements`` failures in a row a ``RuntimeError`` names the files: the dataset is
 mostly unreadable and looping on would hide it. Partly decodable files are kept; see
-:func:`tsm_ds.data.decode.decode_frames`.
+:func:`tsm_ds.data.video.decode_frames`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import decode as _decode
+from . import video as _video
 from .records import VideoRecord
 from .sampling import clip_indices
 from .transforms import ClipTransform
@@ -51,7 +51,7 @@ class VideoClipDataset(Dataset):
         thread_count: decoder threads per item (1: right for DataLoader workers).
         train_short_side, scale_size: see :class:`~tsm_ds.data.transforms.ClipTransform`.
         decode_short_side: frames larger than this are scaled down while they are converted to
-            RGB (:func:`~tsm_ds.data.decode.decode_frames` ``short_side``); "auto": the short side
+            RGB (:func:`~tsm_ds.data.video.decode_frames` ``short_side``); "auto": the short side
             the transform works at (train_short_side in training, scale_size otherwise), which
             is what the official pipeline gets from frames extracted at that size; None: decode
             at full resolution.
@@ -126,14 +126,14 @@ class VideoClipDataset(Dataset):
         if record.num_frames is not None and os.path.isdir(record.path):
             n = record.num_frames
         else:
-            n = _decode.count_frames(record.path)
+            n = _video.count_frames(record.path)
         idx = clip_indices(n, self.num_segments, mode=self.mode, sampling=self.sampling,
                            rng=self._rng(index, attempt, 0), num_clips=self.num_clips,
                            twice_sample=self.twice_sample, window=self.dense_window)
         k = idx.shape[0]
-        frames = _decode.decode_frames(record.path, idx.reshape(-1), num_frames=n,
-                                       thread_count=self.thread_count,
-                                       short_side=self.decode_short_side)
+        frames = _video.decode_frames(record.path, idx.reshape(-1), num_frames=n,
+                                      thread_count=self.thread_count,
+                                      short_side=self.decode_short_side)
         x = self.transform(frames, self._rng(index, attempt, 1))
         if self.mode != "test" or self.num_views == 1:
             return x.reshape(-1, *x.shape[-3:]) if x.ndim == 5 else x
@@ -152,11 +152,11 @@ class VideoClipDataset(Dataset):
             try:
                 clip = self.load(record, index, attempt)
                 return {"clip": clip, "label": int(record.label), "index": int(index), "bad": bad}
-            except _decode.VideoError as e:
+            except _video.VideoError as e:
                 bad += 1
                 failures.append(f"{e.path} ({e.reason})")
-                _decode.warn_once(e.path, "bad", f"unreadable video, replaced by another sample: "
-                                                 f"{e.path}: {e.reason}")
+                _video.warn_once(e.path, "bad", f"unreadable video, replaced by another sample: "
+                                                f"{e.path}: {e.reason}")
                 j = int(self._rng(index, attempt, 2).integers(len(self.records)))
                 record = self.records[j]
         raise RuntimeError(f"item {index}: {len(failures)} unreadable files in a row, giving up "

@@ -48,16 +48,16 @@ def _frames(path: str):
     """Yield (rgb uint8 (H, W, 3) with rotation applied, time in seconds or None) per frame."""
     import av
 
-    from . import decode as D
+    from . import video as D
 
-    c = D._open(path)
+    c = D.open_video(path)
     try:
-        s = D._video_stream(c, path)
+        s = D.video_stream(c, path)
         s.codec_context.thread_count = 0  # prepare runs whole files: let FFmpeg use threads
         s.codec_context.thread_type = "AUTO"
         try:
             for frame in c.decode(s):
-                yield D._rotate(frame.to_ndarray(format="rgb24"), frame.rotation), frame.time
+                yield D.rotate(frame.to_ndarray(format="rgb24"), frame.rotation), frame.time
         except av.FFmpegError as e:
             warnings.warn(f"{path}: decode error, keeping the frames before it ({e})",
                           RuntimeWarning, stacklevel=2)
@@ -84,7 +84,7 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
     """
     import av
 
-    from .decode import VideoDecodeError
+    from .video import VideoDecodeError
 
     n = 0
     last_t = None
@@ -130,7 +130,7 @@ def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: in
     """
     from PIL import Image
 
-    from .decode import VideoDecodeError
+    from .video import VideoDecodeError
 
     n = 0
     with atomic_path(dst_dir, directory=True) as tmp:
@@ -148,7 +148,7 @@ def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: in
 
 def _job(args) -> dict:
     src, rel, label, out_root, mode, opts = args
-    from . import decode as D
+    from . import video as D
 
     stem = os.path.splitext(rel)[0]
     dst = os.path.join(out_root, stem + (".mp4" if mode == "video" else ""))

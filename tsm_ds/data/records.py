@@ -37,7 +37,7 @@ class VideoRecord:
         path: video file or frame folder.
         label: class index (int, 0-based); -1 for unlabelled test items.
         num_frames: frames, when the annotation states it (frame folders); None for videos (the
-            loader counts packets, see :func:`tsm_ds.data.decode.count_frames`).
+            loader counts packets, see :func:`tsm_ds.data.video.count_frames`).
     """
 
     path: str

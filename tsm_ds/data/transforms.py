@@ -1,7 +1,7 @@
 """Clip transforms: the official TSM crops, resize, flip and ImageNet normalisation.
 
 Every frame of a clip gets the same crop and flip. Input: uint8 (T, H, W, 3) RGB frames as
-:func:`tsm_ds.data.decode.decode_frames` returns them. Output: float32 (T, 3, S, S) normalised
+:func:`tsm_ds.data.video.decode_frames` returns them. Output: float32 (T, 3, S, S) normalised
 with ImageNet mean/std, or (V, T, 3, S, S) for several test crops.
 
 Geometry follows mit-han-lab/temporal-shift-module ``ops/transforms.py``:

@@ -20,7 +20,6 @@ stderr naming the file and the reason; the other videos are still predicted and 
 """
 from __future__ import annotations
 
-import json
 import sys
 from collections import deque
 from pathlib import Path
@@ -42,20 +41,25 @@ class UnreadableVideo(Exception):
 def probe(path: str) -> int:
     """Frames in ``path`` (>= 1), or :class:`UnreadableVideo` naming the problem.
 
-    Uses ``tsm_ds.data.decode.count_frames`` (demux only) and decodes the first frame, so a file
-    that opens but holds no decodable picture is caught here rather than inside the dataset.
+    Uses :func:`tsm_ds.data.video.count_frames` (demux only) and decodes the first frame (the
+    sequential loop :func:`~tsm_ds.data.video.iter_frames` that :func:`stream_frames` runs), so a
+    file that opens but holds no decodable picture is caught here rather than inside the dataset.
     """
-    from tsm_ds.data import decode
+    from tsm_ds.data import video
 
     p = Path(path)
     if not p.exists():
         raise UnreadableVideo(path, "no such file")
     try:
-        n = decode.count_frames(path)
+        n = video.count_frames(path)
         if n < 1:
             raise UnreadableVideo(path, "the video stream has no frame")
-        decode.decode_frames(path, [0])
-    except decode.VideoError as e:
+        first = video.iter_frames(path, stop=1, num_frames=n)
+        try:
+            next(first)
+        finally:
+            first.close()
+    except video.VideoError as e:
         raise UnreadableVideo(path, e.reason) from e
     except UnreadableVideo:
         raise
@@ -124,25 +128,32 @@ def frame_transform(frame: np.ndarray, img_size: int) -> torch.Tensor:
     return ClipTransform("val", img_size)(frame[None])[0]
 
 
-def stream_frames(path: str, num_frames: int, *, stride: int = 1, chunk: int = 16,
-                  max_frames: int | None = None):
-    """Yield (frame index, uint8 (H, W, 3)) for frames 0, stride, 2*stride, ... decoded in chunks.
+def stream_frames(path: str, num_frames: int, *, stride: int = 1, max_frames: int | None = None):
+    """Yield (frame index, uint8 (H, W, 3) RGB) for frames 0, stride, 2*stride, ... (< num_frames,
+    at most ``max_frames`` of them) in one sequential decoding pass.
 
-    Decoding ``chunk`` frames at a time keeps memory bounded for long or high-resolution videos.
+    Frames are decoded one at a time (:func:`tsm_ds.data.video.iter_frames`), so memory stays
+    bounded for long or high-resolution videos; frames past the end of a stream shorter than its
+    packet count are the last decoded frame (one warning), as :func:`tsm_ds.data.video.decode_frames`
+    gives them.
+
     Raises :class:`UnreadableVideo` on a decoder error.
     """
-    from tsm_ds.data import decode
+    from tsm_ds.data import video
 
-    wanted = list(range(0, num_frames, max(1, stride)))
+    stride = max(1, stride)
+    wanted = range(0, num_frames, stride)
     if max_frames is not None:
         wanted = wanted[:max_frames]
-    for s in range(0, len(wanted), chunk):
-        idx = wanted[s:s + chunk]
-        try:
-            frames = decode.decode_frames(path, idx)
-        except decode.VideoError as e:
-            raise UnreadableVideo(path, e.reason) from e
-        yield from zip(idx, frames)
+    if not wanted:
+        return
+    frames = video.iter_frames(path, stride=stride, stop=wanted[-1] + 1, num_frames=num_frames)
+    try:
+        yield from frames
+    except video.VideoError as e:
+        raise UnreadableVideo(path, e.reason) from e
+    finally:
+        frames.close()
 
 
 def predict_online(model: torch.nn.Module, path: str, class_names: list[str], *, img_size: int,

@@ -1,0 +1,33 @@
+"""Decode exactly the frames a clip needs from a video file (PyAV) or a JPEG frame folder.
+
+Modules:
+
+- :mod:`~tsm_ds.data.video.errors`: :class:`VideoError` and subclasses, :func:`warn_once`.
+- :mod:`~tsm_ds.data.video.frames`: JPEG frame folders (``img_00001.jpg`` ..., official layout).
+- :mod:`~tsm_ds.data.video.index`: the demux-only frame index (:class:`VideoIndex`), its
+  in-process and on-disk caches, :func:`count_frames`.
+- :mod:`~tsm_ds.data.video.decode`: :func:`decode_frames` (exact frames: seek only forward past
+  the decode position, convert only what is asked for), :func:`iter_decoded` (the one
+  sequential decode loop), :func:`iter_frames`, :func:`decode_all_frames`, RGB conversion with
+  rotation metadata applied.
+
+A frame index is the i-th frame in presentation order, counted from 0, for video files and frame
+folders alike. Frames are np.uint8 (H, W, 3) RGB.
+"""
+from __future__ import annotations
+
+from .decode import (DecodeStats, decode_all_frames, decode_frames, iter_decoded, iter_frames, rotate,
+                     to_rgb)
+from .errors import NoVideoStreamError, VideoDecodeError, VideoError, VideoOpenError, warn_once
+from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder
+from .index import (VideoIndex, build_index, clear_index_cache, count_frames, get_index, open_video,
+                    set_index_cache_dir, video_stream)
+
+__all__ = [
+    "VideoError", "VideoOpenError", "NoVideoStreamError", "VideoDecodeError", "warn_once",
+    "FRAME_TEMPLATE", "is_frame_folder", "frame_folder_count", "read_frame_folder",
+    "VideoIndex", "build_index", "get_index", "count_frames", "set_index_cache_dir",
+    "clear_index_cache", "open_video", "video_stream",
+    "DecodeStats", "decode_frames", "decode_all_frames", "iter_frames", "iter_decoded", "to_rgb",
+    "rotate",
+]
