@@ -9,7 +9,7 @@ import pytest
 
 from tsm_ds.engine.config import (ConfigError, load_config, resolve_config, scaled_lr, validate_config)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MULTS = [1.0, 2.0, 1.0, 5.0, 10.0]  # weight, bias, bn, fc_weight, fc_bias (official TSM)
 
 

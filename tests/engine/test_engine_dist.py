@@ -8,7 +8,7 @@
   uninterrupted run (dropout on, DataLoader worker, saves every 3 steps in both runs);
 - ``gather_predictions`` counts every validation clip once with 1 and 2 ranks.
 
-The worker half of this file runs as ``python tests/test_engine_dist.py SCENARIOS.json`` with
+The worker half of this file runs as ``python tests/engine/test_engine_dist.py SCENARIOS.json`` with
 RANK / WORLD_SIZE / MASTER_* set, one process per rank.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "ds_configs" / "cpu_fp32.json"
 B = 2
 

@@ -30,7 +30,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # as tests/conftest.py SHARED_DATA (the shared_data fixture skips when absent; here we fall back)
 SHARED_DATA = Path(os.environ.get("TSM_DS_SHARED_DATA", REPO.parent / "shared" / "data"))
 TIMEOUT = 600
