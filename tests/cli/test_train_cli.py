@@ -3,6 +3,7 @@ weights, checkpoint manager safety."""
 from __future__ import annotations
 
 import json
+import zlib
 import os
 from pathlib import Path
 
@@ -116,20 +117,26 @@ class _FailingEngine:
 
 
 def test_failed_save_keeps_previous_checkpoint(tmp_path):
-    from tsm_ds.engine.checkpoint import CheckpointManager
+    from tsm_ds.engine.checkpoint import CheckpointManager, CheckpointSaveError
     m = CheckpointManager(tmp_path, keep_last=1)
     for step in (1, 2):
         m.save(_FailingEngine(False), step=step, client_state={}, rank_state={"x": step}, best_tag=None)
     assert m.latest_tag() == "step00000002" and not (tmp_path / "step00000001").exists()  # keep_last 1
-    with pytest.raises(OSError):
+    with pytest.raises(CheckpointSaveError, match=r"step00000003 failed: OSError: No space left on device \(\d+ MB "
+                       r"free on that filesystem\); the previous checkpoint \S+step00000002 is intact"):
         m.save(_FailingEngine(True), step=3, client_state={}, rank_state={}, best_tag=None)
+    assert not (tmp_path / "step00000003").exists()            # the partial tag is removed at once
     assert (tmp_path / "latest").read_text() == "step00000002"
     assert m.latest_tag() == "step00000002" and m.resolve("auto") == "step00000002"
     assert (tmp_path / "step00000002" / "mp_rank_00_model_states.pt").read_bytes() == b"whole"
-    # the next good save removes the partial tag; the best survives pruning
+    assert m.verify("step00000002") is None
+    # the next good save; the best survives pruning
     m.save(_FailingEngine(False), step=4, client_state={}, rank_state={}, best_tag="step00000002")
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["step00000002", "step00000004"]
-    assert json.loads((tmp_path / "step00000004" / "complete.json").read_text()) == {"step": 4, "world_size": 1}
+    meta = json.loads((tmp_path / "step00000004" / "complete.json").read_text())
+    assert meta["step"] == 4 and meta["world_size"] == 1
+    assert sorted(meta["files"]) == ["mp_rank_00_model_states.pt", "rank00000.pt"]
+    assert meta["files"]["mp_rank_00_model_states.pt"] == [5, zlib.crc32(b"whole")]
     with pytest.raises(FileNotFoundError, match="complete tags"):
         m.resolve("step00000003")
 

@@ -76,13 +76,31 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--save-every-steps", type=int, default=0, help="also save every N optimizer steps")
     o.add_argument("--keep-last", type=int, default=2, help="complete checkpoints kept besides the best")
     o.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    g = p.add_argument_group("run guards (a diverged run stops before its update; exit status 3)")
+    g.add_argument("--on-divergence", choices=["stop", "rollback"], default="stop",
+                   help="stop: exit 3 naming the step, lr, loss and the last good checkpoint; rollback: reload "
+                        "the last good checkpoint, multiply every lr by --rollback-lr-factor, go on")
+    g.add_argument("--rollback-lr-factor", type=float, default=0.5, help="lr multiplier per rollback")
+    g.add_argument("--max-rollbacks", type=int, default=3, help="rollbacks before the run stops anyway")
+    g.add_argument("--divergence-factor", type=float, default=10.0,
+                   help="a step whose loss exceeds this multiple of max(running median loss, ln(classes)) "
+                        "diverged (0: off)")
+    g.add_argument("--max-skipped-steps", type=int, default=20,
+                   help="this many skipped updates in a row (fp16 overflow, non-finite bf16 gradients) stop the run "
+                        "(0: off)")
+    g.add_argument("--inject-nan-at-step", type=int, default=None, help=argparse.SUPPRESS)  # test hook
+    g.add_argument("--inject-nan-rank", type=int, default=0, help=argparse.SUPPRESS)
     import deepspeed
     deepspeed.add_config_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, build model + data + trainer, train. Returns 0 on success, 2 on a configuration error."""
+    """Parse, build model + data + trainer, train.
+
+    Returns 0 on success, 2 on a configuration or data error, 3 when the run diverged (the guard
+    stopped it; nothing non-finite was saved), 4 when a checkpoint could not be written.
+    """
     from tsm_ds.engine.dist import set_accelerator_env, set_threads
 
     acc_msg = set_accelerator_env()
@@ -98,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info(thread_msg)
 
     import torch
+    from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
+    from tsm_ds.engine.guard import DivergenceError, GuardSettings
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.engine.config import ConfigError, load_config, resolve_recipe
     try:
@@ -142,20 +162,38 @@ def main(argv: list[str] | None = None) -> int:
                              seed=args.seed, num_workers=args.num_workers, resume=args.resume,
                              save_every_steps=args.save_every_steps, keep_last=args.keep_last,
                              class_names=class_names, flags=flags, record=record,
-                             progress=not args.no_progress)
+                             progress=not args.no_progress,
+                             guard=GuardSettings(factor=args.divergence_factor, max_skipped=args.max_skipped_steps),
+                             on_divergence=args.on_divergence, rollback_lr_factor=args.rollback_lr_factor,
+                             max_rollbacks=args.max_rollbacks, inject_nan_step=args.inject_nan_at_step,
+                             inject_nan_rank=args.inject_nan_rank)
     trainer = Trainer(model, train_set, val_set, engine_json, settings)
     try:
         trainer.setup()
     except ConfigError as e:
         log.error("engine JSON %s: %s", cfg_path, e)
         return 2
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except DivergenceError as e:   # decided alike on every rank: all exit 3
+        if trainer.rank == 0:
+            log.error("%s", e.describe())
+        return 3
+    except CheckpointSaveError as e:
+        if trainer.rank == 0:
+            log.error("%s", e)
+        return 4
+    except (CheckpointResumeError, FileNotFoundError) as e:   # --resume: a damaged or missing checkpoint
+        if trainer.rank == 0:
+            log.error("%s", e)
+        return 2
     if trainer.rank == 0:
         val = result["val"]
         m = getattr(trainer, "last_metrics", {})
         summary = {"run_dir": str(settings.run_dir), "steps": result["step"],
                    "val_top1": val.get("top1"), "val_top5": val.get("top5"), "val_clips": val.get("count"),
-                   "best_val_top1": result["best_top1"], "last_clips_per_s": m.get("perf/clips_per_s")}
+                   "best_val_top1": result["best_top1"], "last_clips_per_s": m.get("perf/clips_per_s"),
+                   "rollbacks": result["rollbacks"], "lr_scale": result["lr_scale"]}
         print("RESULT " + json.dumps(summary), flush=True)
         if val:
             few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"

@@ -6,20 +6,29 @@ Layout under ``<run dir>/checkpoints``::
         mp_rank_00_model_states.pt    DeepSpeed: module, optimizer, lr schedule, client state
         ...                           (ZeRO: one optimizer-state file per rank)
         rank00000.pt ...              ours, one per rank: RNG states, sampler position, compressor
-        complete.json                 written last: the tag is whole
+        complete.json                 written last: the tag is whole; lists every file with its
+                                      size and CRC-32 (the manifest)
     latest                        tag of the newest complete checkpoint (DeepSpeed's format)
 
 DeepSpeed writes client state from rank 0 only, so everything that differs per rank (RNG
 states, data position, compressor error-feedback buffers) lives in the ``rank*.pt`` files. A save
 that fails half-way leaves a tag without ``complete.json``; ``latest`` and older tags are only
 touched after every rank has finished, so the previous checkpoint always survives. All files we
-write go through a temporary name and ``os.replace``.
+write go through a temporary name and ``os.replace``. A save that fails on any rank (disk full,
+quota, I/O error) fails on every rank alike: the partial tag is removed and
+:class:`CheckpointSaveError` names the cause and the intact previous checkpoint.
+
+Resuming checks a tag's files against its manifest before loading (:meth:`CheckpointManager.verify`):
+a newest checkpoint that was truncated or corrupted after it was completed is skipped with a
+warning, and ``--resume auto`` falls back to the previous complete one. Computing the manifest
+reads the files back once (CRC-32, about 1 GB/s; the files are still in the page cache).
 """
 from __future__ import annotations
 
 import json
 import random
 import shutil
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +38,42 @@ import torch.distributed as dist
 from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
 
 COMPLETE = "complete.json"
+
+
+class CheckpointResumeError(RuntimeError):
+    """The checkpoint asked for cannot be resumed from (damaged, other world size); says what to do."""
+
+
+class CheckpointSaveError(RuntimeError):
+    """Writing a checkpoint failed (on some rank); the message names the cause and the previous
+    complete checkpoint, which is untouched."""
+
+
+def _file_crc(path: Path, chunk: int = 1 << 22) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def manifest(tag_dir: str | Path) -> dict[str, list[int]]:
+    """``{relative path: [size in bytes, CRC-32]}`` of every file in a tag directory except
+    ``complete.json``, sorted by path."""
+    tag_dir = Path(tag_dir)
+    files = sorted(p for p in tag_dir.rglob("*") if p.is_file() and p.name != COMPLETE)
+    return {str(p.relative_to(tag_dir)): [p.stat().st_size, _file_crc(p)] for p in files}
+
+
+def _any_rank(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on any rank (a collective)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
 
 
 def _barrier() -> None:
@@ -78,11 +123,65 @@ class CheckpointManager:
 
     # -- discovery
     def complete_tags(self) -> list[str]:
-        """Tags with ``complete.json``, oldest first (by step)."""
+        """Tags with ``complete.json``, oldest first (by step: tag names sort by step)."""
         if not self.dir.is_dir():
             return []
-        tags = [p.name for p in self.dir.iterdir() if p.is_dir() and (p / COMPLETE).is_file()]
-        return sorted(tags, key=lambda t: json.loads((self.dir / t / COMPLETE).read_text())["step"])
+        return sorted(p.name for p in self.dir.iterdir() if p.is_dir() and (p / COMPLETE).is_file())
+
+    def resume_candidates(self) -> list[str]:
+        """Complete tags to try for ``--resume auto``, best first: ``latest``, then newest to oldest."""
+        first = self.latest_tag()
+        return ([first] if first else []) + [t for t in reversed(self.complete_tags()) if t != first]
+
+    def pick_resume_tag(self, resume: str, *, warn=None) -> str | None:
+        """The tag to resume from, its files verified against the manifest.
+
+        ``"auto"``: the first undamaged tag of :meth:`resume_candidates` (each damaged one is
+        reported through ``warn(message, ...)`` when given); None when there is no complete tag yet.
+        A tag name / path: that tag. The decision reads shared files only: the same on every rank.
+
+        Raises:
+            FileNotFoundError: an explicit tag that is missing or incomplete.
+            CheckpointResumeError: the explicit tag is damaged, or every complete tag is.
+        """
+        if resume != "auto":
+            tag = self.resolve(resume)
+            problem = self.verify(tag)
+            if problem:
+                raise CheckpointResumeError(f"--resume {resume}: {problem}; use --resume auto to fall back to an "
+                                   "older complete checkpoint")
+            return tag
+        candidates = self.resume_candidates()
+        for tag in candidates:
+            problem = self.verify(tag)
+            if not problem:
+                return tag
+            if warn is not None:
+                warn("--resume auto: checkpoint %s is damaged (%s); falling back to the previous complete one",
+                     self.dir / tag, problem)
+        if candidates:
+            raise CheckpointResumeError(f"--resume auto: every complete checkpoint in {self.dir} is damaged "
+                               f"({', '.join(candidates)}; see the warnings above): move them away to start "
+                               "afresh, or restore one from a backup")
+        return None
+
+    def verify(self, tag: str) -> str | None:
+        """What is wrong with a complete tag's files (missing, size or CRC-32 differs from the
+        manifest, unreadable ``complete.json``), or None when they match. Tags written before the
+        manifest existed are accepted as they are."""
+        try:
+            meta = json.loads((self.dir / tag / COMPLETE).read_text())
+        except (OSError, ValueError) as e:
+            return f"{COMPLETE} unreadable ({e})"
+        for rel, (size, crc) in (meta.get("files") or {}).items():
+            f = self.dir / tag / rel
+            if not f.is_file():
+                return f"{rel} is missing"
+            if f.stat().st_size != size:
+                return f"{rel} has {f.stat().st_size} bytes, the manifest says {size} (truncated?)"
+            if _file_crc(f) != crc:
+                return f"{rel} does not match its CRC-32 (corrupted)"
+        return None
 
     def latest_tag(self) -> str | None:
         """The tag named by ``latest`` when complete, else the newest complete tag, else None."""
@@ -122,22 +221,65 @@ class CheckpointManager:
 
         Returns:
             The tag written.
+
+        Raises:
+            CheckpointSaveError: on every rank, when writing failed on any rank (the partial tag
+                is removed; ``latest`` still names the previous complete checkpoint).
         """
         tag = tag_for_step(step)
         tag_dir = self.dir / tag
         if self.rank == 0 and (tag_dir / COMPLETE).is_file():
             (tag_dir / COMPLETE).unlink()  # re-saving a step: it is incomplete until done again
         _barrier()
-        engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
-        tag_dir.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(rank_state, tag_dir / f"rank{self.rank:05d}.pt")
-        _barrier()
+        error = None
+        try:
+            engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
+            tag_dir.mkdir(parents=True, exist_ok=True)
+            atomic_torch_save(rank_state, tag_dir / f"rank{self.rank:05d}.pt")
+        except (OSError, RuntimeError) as e:   # torch.save reports a failed write as RuntimeError
+            error = e
+        if not _any_rank(error is not None) and self.rank == 0:
+            try:
+                atomic_write_text(tag_dir / COMPLETE, json.dumps(
+                    {"step": int(step), "world_size": self.world, "files": manifest(tag_dir)}) + "\n")
+                atomic_write_text(self.dir / "latest", tag)
+            except OSError as e:
+                error = e
+        if _any_rank(error is not None):
+            if self.rank == 0:
+                shutil.rmtree(tag_dir, ignore_errors=True)
+                latest = self.dir / "latest"
+                if latest.is_file() and latest.read_text().strip() == tag:
+                    latest.unlink()
+            _barrier()
+            prev = self.latest_tag()
+            raise CheckpointSaveError(
+                f"saving checkpoint {tag_dir} failed: "
+                + (f"{type(error).__name__}: {error}" if error is not None else "on another rank (see its log)")
+                + self._space_note(prev)
+                + f"; the previous checkpoint {self.dir / prev if prev else '(none)'} is intact: free space in "
+                f"{self.dir} and continue with --resume auto")
         if self.rank == 0:
-            atomic_write_text(tag_dir / COMPLETE, json.dumps({"step": int(step), "world_size": self.world}) + "\n")
-            atomic_write_text(self.dir / "latest", tag)
             self._prune(best_tag, current=tag)
         _barrier()
         return tag
+
+    def _space_note(self, prev: str | None) -> str:
+        """'; N MB free on that filesystem' plus 'the disk is full' when a checkpoint (sized from the
+        previous one's manifest) no longer fits: torch reports a full disk as an obscure write error."""
+        try:
+            free = shutil.disk_usage(self.dir).free
+        except OSError:
+            return ""
+        need = 0
+        if prev:
+            try:
+                need = sum(v[0] for v in json.loads((self.dir / prev / COMPLETE).read_text()).get("files", {}).values())
+            except (OSError, ValueError):
+                need = 0
+        full = need and free < need
+        return (f" ({free / 1e6:.0f} MB free on that filesystem"
+                + (f", a checkpoint takes {need / 1e6:.0f} MB: the disk is full)" if full else ")"))
 
     def _prune(self, best_tag: str | None, current: str) -> None:
         tags = self.complete_tags()
@@ -159,12 +301,12 @@ class CheckpointManager:
             (client_state, rank_state).
 
         Raises:
-            RuntimeError: the checkpoint was written by another world size (its per-rank data
+            CheckpointResumeError: the checkpoint was written by another world size (its per-rank data
             positions would not match; start a new run with --tune-from instead).
         """
         meta = json.loads((self.dir / tag / COMPLETE).read_text())
         if int(meta["world_size"]) != self.world:
-            raise RuntimeError(f"checkpoint {self.dir / tag} was written by {meta['world_size']} ranks, this run "
+            raise CheckpointResumeError(f"checkpoint {self.dir / tag} was written by {meta['world_size']} ranks, this run "
                                f"has {self.world}: resume with the same number of ranks, or start a new run "
                                f"with --tune-from {self.dir / tag}")
         path, client = engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,

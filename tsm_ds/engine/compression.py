@@ -68,7 +68,7 @@ converges at the SGD rate; DoubleSqueeze, Tang et al. 2019, for the two-pass wor
 compression used here). Momentum SGD (the TSM recipe) applies momentum to the decompressed average,
 as 1-bit SGD did. Measured on the MLP study it trains, with a gap to the uncompressed loss that
 grows with chunk_size (see above); without momentum the gap vanished (0.80 vs 0.79), and the tiny
-MLP of tests/test_compression_launcher.py ends within 1 % of fp32 with momentum. LAMB and LARS compute layer-wise
+MLP of tests/engine/test_compression_launcher.py ends within 1 % of fp32 with momentum. LAMB and LARS compute layer-wise
 trust ratios ``||w|| / ||update||`` and LAMB a per-coordinate second moment: after
 ``freeze_step`` they see scaled-sign gradients, flat in magnitude within each chunk, whose
 per-chunk L2 norm is that of (gradient + error buffer), not of the gradient. LAMB's variance then
@@ -89,7 +89,7 @@ from typing import Any, Iterable, Mapping
 import torch
 import torch.distributed as dist
 
-# re-exported (the public names are in __all__; _pack_bits_torch for tests/test_compression.py)
+# re-exported (the public names are in __all__; _pack_bits_torch for tests/engine/test_compression.py)
 from tsm_ds.engine.onebit import (ChunkLayout, _pack_bits_torch, chunk_scales,  # noqa: F401
                                   decode_scaled_sign, pack_signs, quantise_, scaled_sign, unpack_signs)
 

@@ -14,6 +14,12 @@ Data order is a pure function of (seed, epoch): ``DistributedSampler`` seeded pe
 deterministic under (seed, epoch, index) and the DataLoader's worker seeds from a generator seeded
 per epoch (not the global RNG), so a run resumed from a mid-epoch checkpoint continues with the
 same batches and the same dropout draws as an uninterrupted one.
+
+Run guards (:mod:`tsm_ds.engine.guard`): each step's loss (and gradient norm, where the trainer
+reduces the gradient) is checked before the update, the same on every rank; a diverged step is not
+applied and the run stops (``DivergenceError``) or rolls back to the last good checkpoint with
+lower lrs. Weights are checked before every save and export; a failed save stops the run with the
+previous checkpoint intact; ``--resume auto`` skips damaged checkpoints.
 """
 from __future__ import annotations
 
@@ -21,7 +27,6 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -34,62 +39,14 @@ from tsm_ds.engine import config as cfgmod
 from tsm_ds.engine.dist import release_cpu_shm_at_exit
 from tsm_ds.engine.checkpoint import CheckpointManager, export_model, rng_state, set_rng_state, tag_for_step
 from tsm_ds.engine.evaluate import gather_predictions, sync_batchnorm_stats, topk_accuracy
+from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, EngineGuard
 from tsm_ds.engine.monitor import ScalarWriter
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
+from tsm_ds.engine.settings import ResumableDistributedSampler, TrainSettings
+
+__all__ = ["ResumableDistributedSampler", "TrainSettings", "Trainer"]   # the first two from .settings
 
 log = logging.getLogger("tsm_ds.train")
-
-
-class ResumableDistributedSampler(DistributedSampler):
-    """``DistributedSampler`` that can skip the first ``skip`` indices of this rank's epoch order.
-
-    Used once after resuming mid-epoch: the skipped samples are never loaded.
-    """
-
-    skip: int = 0
-
-    def __iter__(self):
-        it = list(super().__iter__())
-        return iter(it[self.skip:])
-
-    def __len__(self):
-        return super().__len__() - self.skip
-
-
-@dataclass
-class TrainSettings:
-    """What the trainer needs besides the model, data and engine JSON.
-
-    Attributes:
-        run_dir: output folder (checkpoints/, tensorboard/, config.json, best_model.pt).
-        epochs: planned epochs (scheduler horizon).
-        max_steps: stop after this many optimizer steps (None = epochs decide).
-        seed: data order, augmentation and dropout seed.
-        num_workers: DataLoader worker processes per rank.
-        resume: None, ``"auto"`` (latest complete checkpoint in run_dir, if any) or a tag.
-        save_every_steps: also save every N optimizer steps (0 = only at epoch ends).
-        keep_last: complete checkpoints kept besides the best.
-        class_names: stored with every checkpoint and export.
-        flags: command-line values for ``config.resolve_config`` (``FLAG_KEYS`` names).
-        record: everything to store in ``config.json`` besides the engine JSON (the CLI flags).
-        eval_batch_size: clips per rank per validation batch (None = the micro-batch).
-        progress: tqdm bar on rank 0.
-        step_callback: ``f(trainer, step)`` after each optimizer step (hooks, fault injection).
-    """
-    run_dir: Path
-    epochs: int = 50
-    max_steps: int | None = None
-    seed: int = 0
-    num_workers: int = 2
-    resume: str | None = None
-    save_every_steps: int = 0
-    keep_last: int = 2
-    class_names: list = field(default_factory=list)
-    flags: dict = field(default_factory=dict)
-    record: dict = field(default_factory=dict)
-    eval_batch_size: int | None = None
-    progress: bool = True
-    step_callback: Callable | None = None
 
 
 def _default_param_groups(model, weight_decay):
@@ -117,6 +74,11 @@ class Trainer:
 
     Raises (from ``fit``):
         ConfigError before the first step for a recipe that cannot work (see ``config``).
+        DivergenceError: the run diverged (non-finite or exploding loss, non-finite gradient norm,
+            a run of skipped updates, non-finite weights before a save) and ``on_divergence`` is
+            ``"stop"`` or the rollbacks are used up; nothing non-finite was saved or exported.
+        CheckpointSaveError: a checkpoint could not be written (disk full...); the previous one
+            is intact.
     """
 
     def __init__(self, model, train_set, val_set, engine_json: dict, settings: TrainSettings,
@@ -132,6 +94,9 @@ class Trainer:
         self.best_tag = None
         self.history: list[dict] = []
         self._bad_videos = 0  # unreadable files replaced by the loader, all ranks, whole run
+        self.lr_scale = 1.0   # product of the rollback lr factors so far (1: none)
+        self.rollbacks = 0
+        self.guard: EngineGuard | None = None
 
     # ------------------------------------------------------------------ setup
     def _init_distributed(self):
@@ -229,6 +194,9 @@ class Trainer:
         self.ckpt = CheckpointManager(s.run_dir / "checkpoints", keep_last=s.keep_last, rank=self.rank,
                                       world_size=self.world)
         self.writer = ScalarWriter(tb_dir / "tsm_ds", enabled=self.rank == 0)
+        num_classes = len(s.class_names) or int((getattr(self.model, "config", None) or {}).get("num_classes", 2))
+        self.guard = EngineGuard(eng, DivergenceGuard(s.guard, num_classes), manual_comm=self.manual_comm,
+                                 reduce=self._reduce, last_good=self._last_good)
 
         if self.rank == 0:
             for k, v in filled.items():
@@ -256,7 +224,8 @@ class Trainer:
         return {"epoch": epoch, "micro_in_epoch": micro_in_epoch, "step": self.global_step,
                 "best_top1": self.best_top1, "best_tag": self.best_tag, "class_names": list(self.s.class_names),
                 "model_config": getattr(self.model, "config", None), "history": self.history,
-                "bad_videos": self._bad_videos, "img_size": self._img_size()}
+                "bad_videos": self._bad_videos, "img_size": self._img_size(), "lr_scale": self.lr_scale,
+                "rollbacks": self.rollbacks, "guard": self.guard.state_dict() if self.guard else None}
 
     def _img_size(self) -> int | None:
         """Crop side (pixels) the model was trained at, from the datasets; None when unknown."""
@@ -272,37 +241,60 @@ class Trainer:
             st["compressor"] = self.compressor.state_dict()
         return st
 
+    def _current_lrs(self) -> dict[str, float]:
+        return {n: lr * self.lr_scale for n, lr in zip(self.group_names, self.engine.get_lr())}
+
+    def _last_good(self) -> str | None:
+        tag = self.ckpt.latest_tag()
+        return str(self.ckpt.dir / tag) if tag else None
+
     def save(self, epoch: int, micro_in_epoch: int) -> str:
-        """Save a checkpoint positioned at (epoch, micro-batches done in it); BN stats synced first."""
+        """Save a checkpoint positioned at (epoch, micro-batches done in it); BN stats synced first.
+
+        Raises DivergenceError (nothing written) when the weights are not finite, and
+        CheckpointSaveError when the write fails (the previous checkpoint stays the latest).
+        """
         sync_batchnorm_stats(self.engine.module)
+        self.guard.check_weights(f"saving the checkpoint of step {self.global_step}", step=self.global_step,
+                                 lrs=self._current_lrs())
         tag = self.ckpt.save(self.engine, step=self.global_step,
                              client_state=self._client_state(epoch, micro_in_epoch),
                              rank_state=self._rank_state(epoch, micro_in_epoch), best_tag=self.best_tag)
         self._last_saved = self.global_step
         return tag
 
-    def _resume(self) -> tuple[int, int]:
-        if not self.s.resume:
-            return 0, 0
-        tag = self.ckpt.resolve(self.s.resume)
-        if tag is None:
-            if self.rank == 0:
-                log.info("--resume auto: no checkpoint in %s yet, starting fresh", self.ckpt.dir)
-            return 0, 0
+    def _load(self, tag: str) -> tuple[int, int]:
+        """Load checkpoint ``tag`` into the engine and the trainer; returns (epoch, micro-batch)."""
         client, rank_state = self.ckpt.load(self.engine, tag)
         self.global_step = int(client["step"])
         self.best_top1 = float(client.get("best_top1", -1.0))
         self.best_tag = client.get("best_tag")
         self.history = list(client.get("history", []))
         self._bad_videos = int(client.get("bad_videos", 0))
+        self.lr_scale = float(client.get("lr_scale", 1.0))
+        self.rollbacks = int(client.get("rollbacks", 0))
+        if client.get("guard"):
+            self.guard.load_state_dict(client["guard"])
         if self.compressor is not None and "compressor" in rank_state:
             self.compressor.load_state_dict(rank_state["compressor"])
         set_rng_state(rank_state["rng"])
-        epoch, micro = int(rank_state["epoch"]), int(rank_state["micro_in_epoch"])
+        self.engine.zero_grad()
+        self.engine.micro_steps = 0   # the accumulation boundary counts from the checkpoint, as in a new process
+        self._last_saved = self.global_step
+        return int(rank_state["epoch"]), int(rank_state["micro_in_epoch"])
+
+    def _resume(self) -> tuple[int, int]:
+        if not self.s.resume:
+            return 0, 0
+        tag = self.ckpt.pick_resume_tag(self.s.resume, warn=log.warning if self.rank == 0 else None)
+        if tag is None:
+            if self.rank == 0:
+                log.info("--resume auto: no checkpoint in %s yet, starting fresh", self.ckpt.dir)
+            return 0, 0
+        epoch, micro = self._load(tag)
         if self.rank == 0:
             log.info("resumed from %s: epoch %d, %d micro-batches into it, optimizer step %d",
                      self.ckpt.dir / tag, epoch, micro, self.global_step)
-        self._last_saved = self.global_step
         return epoch, micro
 
     # ------------------------------------------------------------------ loop
@@ -327,20 +319,54 @@ class Trainer:
             res["loss"] = float(F.cross_entropy(scores, labels))
         return res
 
+    def _rollback(self, err: DivergenceError) -> tuple[int, int]:
+        """Reload the last good checkpoint with lower lrs (``--on-divergence rollback``)."""
+        tag = self.ckpt.latest_tag()
+        scale, count = self.lr_scale * self.s.rollback_lr_factor, self.rollbacks + 1
+        if self.rank == 0:
+            log.warning("%s\nrollback %d of %d: reloading %s, every lr x %g from now on (x%g in all)",
+                        err.describe(), count, self.s.max_rollbacks, self.ckpt.dir / tag,
+                        self.s.rollback_lr_factor, scale)
+        epoch, micro = self._load(tag)
+        self.lr_scale, self.rollbacks = scale, count   # the checkpoint's own values are older
+        self.writer.scalars({"train/rollbacks": count, "train/lr_scale": scale}, self.global_step)
+        return epoch, micro
+
     def fit(self) -> dict:
-        """Train; returns ``{"step", "epoch", "val": last validation, "best_top1", "history"}``."""
+        """Train; returns ``{"step", "epoch", "val": last validation, "best_top1", "history",
+        "rollbacks", "lr_scale"}``. Raises DivergenceError / CheckpointSaveError (see the class)."""
         from tqdm import tqdm
         if self.engine is None:
             self.setup()
-        s, eng = self.s, self.engine
         self._last_saved = -1
         start_epoch, skip_micro = self._resume()
-        start_step = self.global_step
+        self._start_step = self.global_step
+        self.bar = tqdm(total=self.total_steps, initial=self.global_step, disable=self.rank != 0 or not self.s.progress,
+                        desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+        try:
+            while True:
+                try:
+                    return self._run(start_epoch, skip_micro)
+                except DivergenceError as e:
+                    if (self.s.on_divergence != "rollback" or self.rollbacks >= self.s.max_rollbacks
+                            or self.ckpt.latest_tag() is None):
+                        if self.s.on_divergence == "rollback":
+                            e.context.append(f"rollbacks used: {self.rollbacks} of {self.s.max_rollbacks}"
+                                             + ("" if self.ckpt.latest_tag() else "; no checkpoint to roll back to"))
+                        raise
+                    start_epoch, skip_micro = self._rollback(e)
+                    self.bar.n = self.global_step
+        finally:
+            self.bar.close()
+            self.writer.close()
+
+    def _run(self, start_epoch: int, skip_micro: int) -> dict:
+        """The epoch loop from a position (epoch, micro-batches done in it); see :meth:`fit`."""
+        s, eng, bar = self.s, self.engine, self.bar
+        start_step = self._start_step
         micro_per_epoch = self.steps_per_epoch * self.accum
         if skip_micro >= micro_per_epoch:
             start_epoch, skip_micro = start_epoch + 1, 0
-        bar = tqdm(total=self.total_steps, initial=self.global_step, disable=self.rank != 0 or not s.progress,
-                   desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
         params = [p for p in eng.module.parameters() if p.requires_grad]
         bad_total, val, epoch, micro_i = self._bad_videos, {}, start_epoch, skip_micro
         t_step = time.perf_counter()
@@ -364,6 +390,9 @@ class Trainer:
                 label = torch.as_tensor(batch["label"]).long().to(self.device)
                 logits = eng(clip)
                 loss = F.cross_entropy(logits.float(), label)
+                if s.inject_nan_step == self.global_step + 1 and self.rank == s.inject_nan_rank \
+                        and self.rollbacks == 0:
+                    loss = loss * float("nan")   # test hook (TrainSettings.inject_nan_step), before any rollback
                 boundary = eng.is_gradient_accumulation_boundary()
                 eng.backward(loss)
                 t2 = time.perf_counter()
@@ -373,17 +402,23 @@ class Trainer:
                     else:
                         eng.allreduce_gradients()
                 t3 = time.perf_counter()
+                n = label.numel()
+                acc[0] += float(loss.detach()) * n
+                acc[1] += n
                 if boundary:
-                    step_lrs = list(eng.get_lr())  # the lrs this update uses (the schedule steps inside)
-                eng.step()
+                    step_lrs = self._current_lrs()   # the lrs this update uses (the schedule steps inside)
+                    self.guard.before_update(acc[0], acc[1], params, step=self.global_step + 1, lrs=step_lrs)
+                    self.guard.scaled_step(self.lr_scale)
+                    self.guard.after_update(step=self.global_step + 1, lrs=step_lrs)
+                else:
+                    eng.step()
                 t4 = time.perf_counter()
                 with torch.no_grad():
                     top = logits.float().topk(min(5, logits.shape[1]), dim=1).indices
                     hit = top == label.view(-1, 1)
                 nb = int(torch.as_tensor(batch.get("bad", 0)).sum())
-                n = label.numel()
-                for j, v in enumerate((float(loss.detach()) * n, n, float(hit[:, :1].any(1).sum()), float(hit.any(1).sum()),
-                                       nb, t1 - t0, (t2 - t1) + (t4 - t3), t3 - t2)):
+                for j, v in enumerate((float(hit[:, :1].any(1).sum()), float(hit.any(1).sum()),
+                                       nb, t1 - t0, (t2 - t1) + (t4 - t3), t3 - t2), start=2):
                     acc[j] += v
                 micro_i += 1
                 if not boundary:
@@ -398,9 +433,10 @@ class Trainer:
                            "perf/clips_per_s": r[1] / max(now - t_step, 1e-9),
                            "time/data_wait_s": r[5] / self.world, "time/compute_s": r[6] / self.world,
                            "time/comm_s": r[7] / self.world if self.manual_comm else None,
-                           "train/skipped_steps": eng.skipped_steps, "data/bad_videos": bad_total}
+                           "train/skipped_steps": eng.skipped_steps, "data/bad_videos": bad_total,
+                           "train/grad_norm": self.guard.grad_norm}
                 t_step = now
-                for name, lr in zip(self.group_names, step_lrs):
+                for name, lr in step_lrs.items():
                     metrics[f"lr/{name}"] = lr
                 if self.compressor is not None:
                     for k, v in self.compressor.stats().items():
@@ -430,6 +466,7 @@ class Trainer:
                     bar.write(f"epoch {epoch}: step {self.global_step}, val top-1 {val['top1']:.1f}% top-5 "
                               f"{val['top5']:.1f}% on {val['count']} clips")
                 if val["top1"] > self.best_top1:
+                    self.guard.check_weights("exporting best_model.pt", step=self.global_step, lrs=self._current_lrs())
                     self.best_top1 = val["top1"]
                     self.best_tag = tag_for_step(self.global_step)
                     if self.rank == 0:
@@ -445,10 +482,9 @@ class Trainer:
             val = self.evaluate()
         if self._last_saved != self.global_step:
             self.save(epoch, micro_i)
+        self.guard.check_weights("exporting last_model.pt", step=self.global_step, lrs=self._current_lrs())
         if self.rank == 0:
             export_model(s.run_dir / "last_model.pt", eng.module, class_names=s.class_names,
                          extra={"step": self.global_step, "img_size": self._img_size()})
-        bar.close()
-        self.writer.close()
         return {"step": self.global_step, "epoch": epoch, "val": val, "best_top1": self.best_top1,
-                "history": self.history}
+                "history": self.history, "rollbacks": self.rollbacks, "lr_scale": self.lr_scale}

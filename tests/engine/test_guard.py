@@ -1,0 +1,256 @@
+"""Run guards: the divergence guard's rules, a diverged run stops (or rolls back), nothing
+non-finite is written, damaged checkpoints are skipped on resume, a full disk stops the run."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, GuardSettings
+
+# ------------------------------------------------------------------ the rules (no engine)
+
+
+def test_non_finite_loss_and_gradient_norm_fire_before_the_update():
+    g = DivergenceGuard(GuardSettings(), num_classes=5)
+    assert g.before_update(1.6, 3.0) is None
+    assert g.before_update(float("nan"), 3.0) == "loss is nan"
+    assert g.before_update(1.5, float("inf")) == "gradient norm is inf"
+    assert g.before_update(float("inf")) == "loss is inf"
+    assert list(g.history) == [1.6]          # diverged steps never enter the history
+
+
+def test_spike_threshold_is_factor_times_max_of_median_and_chance():
+    g = DivergenceGuard(GuardSettings(factor=10, window=3), num_classes=4)
+    chance = math.log(4)
+    assert g.threshold() == pytest.approx(10 * chance)          # no history: the chance floor
+    for loss in (0.01, 0.02, 0.03):                              # a converged run
+        assert g.before_update(loss) is None
+    assert g.threshold() == pytest.approx(10 * chance)          # median 0.02 < ln 4: floor holds
+    assert g.before_update(5.0) is None                          # a noisy batch, 250x the median
+    assert g.before_update(13.0) is None
+    assert list(g.history) == [0.03, 5.0, 13.0]                  # window 3
+    assert g.threshold() == pytest.approx(50.0)                  # median 5 > ln 4
+    reason = g.before_update(50.5)
+    assert reason.startswith("loss 50.5 > 10 x max(running median 5") and "--divergence-factor" in reason
+    assert DivergenceGuard(GuardSettings(factor=0), 4).before_update(1e30) is None   # rule off
+
+
+def test_a_run_of_skipped_updates_fires_and_a_recovery_resets_it():
+    g = DivergenceGuard(GuardSettings(max_skipped=3), num_classes=2)
+    assert [g.after_update(k) for k in (0, 1, 2)] == [None, None, None]     # 2 skipped in a row
+    assert g.after_update(2) is None and g.skipped_run == 0                 # a real update: reset
+    assert [g.after_update(k) for k in (3, 4)] == [None, None]
+    assert "3 optimizer steps in a row were skipped" in g.after_update(5)
+
+
+def test_guard_state_round_trip_and_settings_errors():
+    g = DivergenceGuard(GuardSettings(window=4), 10)
+    for v in (2.0, 2.2, 2.1):
+        g.before_update(v)
+    g.after_update(7)
+    h = DivergenceGuard(GuardSettings(window=4), 10)
+    h.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    assert list(h.history) == [2.0, 2.2, 2.1] and h.threshold() == g.threshold()
+    assert h.after_update(8) is None and h.skipped_run == 1
+    with pytest.raises(ValueError, match="window >= 1"):
+        GuardSettings(window=0)
+
+
+def test_report_names_step_lr_loss_norm_checkpoint_and_fix():
+    e = DivergenceError("loss is nan", step=7, loss=float("nan"), grad_norm=None, lrs={"weight": 0.1, "fc_weight": 0.5},
+                        last_good="runs/x/checkpoints/step00000006")
+    text = str(e)
+    assert "optimizer step 7: loss is nan" in text and "weight 0.1, fc_weight 0.5" in text
+    assert "gradient norm not seen" in text and "runs/x/checkpoints/step00000006" in text
+    assert "update of step 7 was not applied" in text and "--on-divergence rollback" in text
+
+
+# ------------------------------------------------------------------ through the real trainer
+
+SMALL = ["--arch", "resnet18", "--img-size", "32", "--num-segments", "2", "--batch-size", "2",
+         "--micro-batch-size", "2", "--num-workers", "0", "--no-progress", "--epochs", "1"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _train(args: list[str], out: Path, *, data: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m tsm_ds.train`` as one process (a world of one) on the real clips."""
+    env = dict(os.environ, DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()), OMP_NUM_THREADS="2")
+    cmd = [sys.executable, "-m", "tsm_ds.train", "--data", str(data), "--output-dir", str(out),
+           "--run-name", "r", *SMALL, *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _all_saved_tensors_finite(run: Path) -> list[str]:
+    """Every tensor in every .pt file under ``run``: the names of files holding a non-finite one."""
+    bad = []
+
+    def walk(obj) -> bool:
+        if torch.is_tensor(obj):
+            return not obj.is_floating_point() or bool(torch.isfinite(obj).all())
+        if isinstance(obj, dict):
+            return all(walk(v) for v in obj.values())
+        if isinstance(obj, (list, tuple)):
+            return all(walk(v) for v in obj)
+        return True
+
+    for f in run.rglob("*.pt"):
+        if not walk(torch.load(f, map_location="cpu", weights_only=False)):
+            bad.append(str(f.relative_to(run)))
+    return bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["cpu_fp32", "cpu_bf16"])
+def test_nan_at_step_k_stops_before_the_update_and_saves_nothing_broken(recipe, shared_data, tmp_path):
+    p = _train(["--deepspeed_config", recipe, "--inject-nan-at-step", "3", "--save-every-steps", "1",
+                "--max-steps", "4"], tmp_path, data=shared_data / "videos")
+    out = p.stdout + p.stderr
+    assert p.returncode == 3, out[-3000:]
+    assert "training diverged at optimizer step 3: loss is nan" in out
+    assert re.search(r"last good checkpoint: \S+/checkpoints/step00000002 \(the update of step 3 was not applied",
+                     out), out[-2000:]
+    run = tmp_path / "r"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == ["step00000001", "step00000002"]
+    assert not (run / "last_model.pt").exists() and not (run / "best_model.pt").exists()
+    assert _all_saved_tensors_finite(run) == []
+
+
+@pytest.mark.slow
+def test_lr_1e30_exits_non_zero_with_no_non_finite_file(shared_data, tmp_path):
+    p = _train(["--deepspeed_config", "cpu_fp32", "--lr", "1e30"], tmp_path, data=shared_data / "videos")
+    out = p.stdout + p.stderr
+    assert p.returncode == 3, out[-3000:]
+    assert "training diverged at optimizer step 2" in out and "lr weight 1e+30" in out
+    assert "RESULT" not in out and "val top-1" not in out
+    assert _all_saved_tensors_finite(tmp_path / "r") == []
+    assert not (tmp_path / "r" / "last_model.pt").exists()
+
+
+@pytest.mark.slow
+def test_rollback_reloads_the_last_good_checkpoint_with_a_lower_lr_and_finishes(shared_data, tmp_path):
+    p = _train(["--deepspeed_config", "cpu_fp32", "--inject-nan-at-step", "3", "--save-every-steps", "1",
+                "--max-steps", "4", "--lr", "0.01", "--on-divergence", "rollback", "--rollback-lr-factor", "0.25"],
+               tmp_path, data=shared_data / "videos")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert "rollback 1 of 3: reloading" in out and "step00000002" in out
+    result = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
+    assert result["steps"] == 4 and result["rollbacks"] == 1 and result["lr_scale"] == 0.25
+    # the steps after the rollback ran at lr x 0.25 (base lr 0.01, weight group lr_mult 1)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ev = EventAccumulator(str(tmp_path / "r" / "tensorboard" / "tsm_ds"))
+    ev.Reload()
+    lrs = {e.step: e.value for e in ev.Scalars("lr/weight")}
+    assert lrs[2] == pytest.approx(0.01) and lrs[3] == pytest.approx(0.0025) and lrs[4] == pytest.approx(0.0025)
+    assert _all_saved_tensors_finite(tmp_path / "r") == []
+    ck = torch.load(tmp_path / "r" / "last_model.pt", weights_only=True)
+    assert ck["step"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncate", "corrupt"])
+def test_resume_auto_skips_a_damaged_newest_checkpoint(damage, shared_data, tmp_path):
+    p = _train(["--deepspeed_config", "cpu_fp32", "--save-every-steps", "1", "--max-steps", "2"], tmp_path,
+               data=shared_data / "videos")
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    ck = tmp_path / "r" / "checkpoints"
+    assert (ck / "latest").read_text().strip() == "step00000002"
+    f = ck / "step00000002" / "mp_rank_00_model_states.pt"
+    data = bytearray(f.read_bytes())
+    if damage == "truncate":
+        f.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        data[len(data) // 2] ^= 0xFF
+        f.write_bytes(bytes(data))
+    p = _train(["--deepspeed_config", "cpu_fp32", "--save-every-steps", "1", "--max-steps", "3",
+                "--resume", "auto"], tmp_path, data=shared_data / "videos")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert re.search(r"checkpoint \S+step00000002 is damaged \(mp_rank_00_model_states.pt "
+                     + ("has \\d+ bytes, the manifest says \\d+" if damage == "truncate" else "does not match its CRC-32"),
+                     out), out[-2000:]
+    assert re.search(r"resumed from \S+step00000001: .* optimizer step 1", out)
+    assert (ck / "latest").read_text().strip() == "step00000003"
+
+
+@pytest.mark.slow
+def test_disk_full_during_a_save_keeps_the_previous_checkpoint_and_stops(shared_data, tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    # resnet18: ~45 MB of weights + ~45 MB of SGD momentum per checkpoint: the first one fits
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=150m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}): needs root")
+    try:
+        p = _train(["--deepspeed_config", "cpu_fp32", "--save-every-steps", "1", "--max-steps", "3"], mnt,
+                   data=shared_data / "videos")
+        out = p.stdout + p.stderr
+        assert p.returncode == 4, out[-3000:]
+        assert re.search(r"saving checkpoint \S+step00000002 failed: .* \(\d+ MB free on that filesystem, a checkpoint "
+                         r"takes \d+ MB: the disk is full\)", out), out[-2000:]
+        assert "the previous checkpoint" in out and "step00000001 is intact" in out
+        ck = mnt / "r" / "checkpoints"
+        assert (ck / "latest").read_text().strip() == "step00000001"
+        assert sorted(d.name for d in ck.iterdir() if d.is_dir()) == ["step00000001"]
+        from tsm_ds.engine.checkpoint import CheckpointManager
+        assert CheckpointManager(ck).verify("step00000001") is None
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.mark.slow
+def test_defaults_do_not_fire_on_the_demo_first_steps(tmp_path):
+    """The demo recipe (AdamW 3e-4, from scratch, 64 px, 8 segments) on its own data: the default
+    guard thresholds let its first 12 steps through, and the losses stay far below them."""
+    from tsm_ds.data.synthetic import make_demo_dataset
+
+    info = make_demo_dataset(tmp_path / "demo", seed=0, train_per_class=6, val_per_class=1)
+    env = dict(os.environ, DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()), OMP_NUM_THREADS="2")
+    cmd = [sys.executable, "-m", "tsm_ds.train", "--deepspeed_config", "cpu_demo_adamw",
+           "--train-list", info["train_list"], "--val-list", info["val_list"], "--arch", "resnet18",
+           "--img-size", "64", "--num-segments", "8", "--no-flip", "--dropout", "0", "--batch-size", "2",
+           "--micro-batch-size", "2", "--max-steps", "12", "--epochs", "1", "--num-workers", "0",
+           "--no-progress", "--output-dir", str(tmp_path / "runs"), "--run-name", "demo"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ev = EventAccumulator(str(tmp_path / "runs" / "demo" / "tensorboard" / "tsm_ds"))
+    ev.Reload()
+    losses = [e.value for e in ev.Scalars("train/loss")]
+    assert len(losses) == 12 and all(math.isfinite(v) for v in losses)
+    assert max(losses) < GuardSettings().factor * math.log(len(info["classes"])) / 3   # a wide margin
+
+
+@pytest.mark.slow
+def test_nan_on_one_rank_stops_every_rank(shared_data, tmp_path):
+    """Two ranks through the launcher, NaN on rank 1 only: both decide alike and exit 3."""
+    launcher = Path(sys.executable).parent / "deepspeed"
+    if not launcher.exists():
+        pytest.skip(f"no deepspeed launcher next to {sys.executable}")
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, str(launcher), "--num_gpus", "2", "--master_port", str(_port()), "--module", "tsm_ds.train",
+           "--deepspeed_config", "cpu_fp32", "--data", str(shared_data / "videos"), "--output-dir", str(tmp_path),
+           "--run-name", "r", *SMALL, "--batch-size", "4", "--inject-nan-at-step", "2", "--inject-nan-rank", "1"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 3, out[-3000:]
+    # the NaN was on rank 1 only, yet rank 0 (the one that logs) saw the same reduced loss and stopped
+    assert re.search(r"\[rank0\] .* ERROR training diverged at optimizer step 2: loss is nan", out), out[-3000:]
+    assert "exits with return code = 3" in out
+    assert _all_saved_tensors_finite(tmp_path / "r") == []

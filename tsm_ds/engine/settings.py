@@ -1,0 +1,88 @@
+"""What the trainer is told (:class:`TrainSettings`) and the resumable sampler it feeds from.
+
+Kept apart from :mod:`tsm_ds.engine.trainer` (the loop) so that both stay short; the trainer
+re-exports both names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from torch.utils.data import DistributedSampler
+
+from tsm_ds.engine.guard import GuardSettings
+
+__all__ = ["ResumableDistributedSampler", "TrainSettings"]
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """``DistributedSampler`` that can skip the first ``skip`` indices of this rank's epoch order.
+
+    Used once after resuming mid-epoch: the skipped samples are never loaded.
+    """
+
+    skip: int = 0
+
+    def __iter__(self):
+        it = list(super().__iter__())
+        return iter(it[self.skip:])
+
+    def __len__(self):
+        return super().__len__() - self.skip
+
+
+@dataclass
+class TrainSettings:
+    """What the trainer needs besides the model, data and engine JSON.
+
+    Attributes:
+        run_dir: output folder (checkpoints/, tensorboard/, config.json, best_model.pt).
+        epochs: planned epochs (scheduler horizon).
+        max_steps: stop after this many optimizer steps (None = epochs decide).
+        seed: data order, augmentation and dropout seed.
+        num_workers: DataLoader worker processes per rank.
+        resume: None, ``"auto"`` (latest complete checkpoint in run_dir, if any) or a tag.
+        save_every_steps: also save every N optimizer steps (0 = only at epoch ends).
+        keep_last: complete checkpoints kept besides the best.
+        class_names: stored with every checkpoint and export.
+        flags: command-line values for ``config.resolve_config`` (``FLAG_KEYS`` names).
+        record: everything to store in ``config.json`` besides the engine JSON (the CLI flags).
+        eval_batch_size: clips per rank per validation batch (None = the micro-batch).
+        progress: tqdm bar on rank 0.
+        step_callback: ``f(trainer, step)`` after each optimizer step (hooks, fault injection).
+        guard: the divergence guard's thresholds (:class:`tsm_ds.engine.guard.GuardSettings`).
+        on_divergence: ``"stop"`` (raise :class:`~tsm_ds.engine.guard.DivergenceError`) or
+            ``"rollback"`` (reload the last good checkpoint, multiply every lr by
+            ``rollback_lr_factor`` for the rest of the run, go on; at most ``max_rollbacks`` times,
+            then stop).
+        inject_nan_step, inject_nan_rank: test hook: the loss of optimizer step ``inject_nan_step``
+            (1-based) becomes NaN on rank ``inject_nan_rank`` only (not again after a rollback).
+    """
+    run_dir: Path
+    epochs: int = 50
+    max_steps: int | None = None
+    seed: int = 0
+    num_workers: int = 2
+    resume: str | None = None
+    save_every_steps: int = 0
+    keep_last: int = 2
+    class_names: list = field(default_factory=list)
+    flags: dict = field(default_factory=dict)
+    record: dict = field(default_factory=dict)
+    eval_batch_size: int | None = None
+    progress: bool = True
+    step_callback: Callable | None = None
+    guard: GuardSettings = field(default_factory=GuardSettings)
+    on_divergence: str = "stop"
+    rollback_lr_factor: float = 0.5
+    max_rollbacks: int = 3
+    inject_nan_step: int | None = None
+    inject_nan_rank: int = 0
+
+    def __post_init__(self):
+        if self.on_divergence not in ("stop", "rollback"):
+            raise ValueError(f"on_divergence must be 'stop' or 'rollback', got {self.on_divergence!r}")
+        if not 0.0 < self.rollback_lr_factor < 1.0 or self.max_rollbacks < 0:
+            raise ValueError(f"rollback needs 0 < rollback_lr_factor < 1 and max_rollbacks >= 0, got "
+                             f"{self.rollback_lr_factor} and {self.max_rollbacks}")
