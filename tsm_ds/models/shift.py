@@ -18,7 +18,7 @@ Two implementations of one definition
   autograd's version counter), the convolution runs, and the overwritten boundary frames are put
   back, bit for bit. Backward recomputes the shifted input the same way for the weight gradient
   and applies the transposed shift in place to the fresh input gradient. No shifted copy of the
-  activation is ever allocated or saved. Gradients equal the reference (see tests/test_shift.py:
+  activation is ever allocated or saved. Gradients equal the reference (see tests/models/test_shift.py:
   gradcheck in float64 and comparison with the out-of-place path).
 
   Why this matters (``python -m tsm_ds.cli.bench_models --skip zoo,op --shift-sizes 112,224 --batch 1
