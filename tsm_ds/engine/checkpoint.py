@@ -35,9 +35,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from tsm_ds.engine.checkpoint_reader import COMPLETE, CheckpointContents, read_checkpoint  # noqa: F401 (re-exported)
 from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
 
-COMPLETE = "complete.json"
 
 
 class CheckpointResumeError(RuntimeError):
@@ -340,44 +340,37 @@ def export_model(path: str | Path, module: torch.nn.Module, *, class_names: list
 def load_finetune_weights(model: torch.nn.Module, path: str | Path) -> dict:
     """Load weights for fine-tuning (``--tune-from``); the classifier is skipped when shapes differ.
 
-    Accepts our exports (``{"state_dict", "model_config", "class_names"}``), our DeepSpeed tag
-    directories (``.../checkpoints/step00000120``) and official TSM checkpoints (via
-    ``tsm_ds.models.load_official_checkpoint``).
+    Accepts every kind :func:`read_checkpoint` reads (:mod:`tsm_ds.engine.checkpoint_reader`): our
+    exports (``RUN/best_model.pt``), a run directory / its ``checkpoints/`` (the tag ``latest``
+    names) / a tag directory (ZeRO-3 too), a plain state dict file, an official TSM ``.pth``.
+
+    Args:
+        model: the freshly built model to fine-tune (loaded in place).
+        path: the checkpoint.
 
     Returns:
         ``{"loaded": n, "skipped": [keys with another shape (the head when the class count
-        differs)], "source": str}``.
+        differs)], "source": "tsm_ds export" / "state dict" / "DeepSpeed checkpoint" / "official
+        TSM checkpoint", "path": the file read}``.
 
     Raises:
-        FileNotFoundError: missing file. RuntimeError: a non-head parameter is missing (wrong arch).
+        FileNotFoundError, ValueError, tsm_ds.models.weights.CheckpointError: from
+        :func:`read_checkpoint` (missing path, not a checkpoint, ...; the message names the file).
+        RuntimeError: a non-head parameter is missing (wrong arch).
     """
-    p = Path(path)
-    if p.is_dir():
-        f = p / "mp_rank_00_model_states.pt"
-        if not f.is_file():
-            raise FileNotFoundError(f"--tune-from {p}: no mp_rank_00_model_states.pt in it")
-        sd = torch.load(f, map_location="cpu", weights_only=False)["module"]
-        source = "deepspeed checkpoint"
-    elif not p.is_file():
-        raise FileNotFoundError(f"--tune-from {p}: file not found")
-    else:
-        obj = torch.load(p, map_location="cpu", weights_only=False)
-        if isinstance(obj, dict) and "model_config" in obj:
-            sd, source = obj["state_dict"], "tsm_ds export"
-        else:
-            from tsm_ds.models import load_official_checkpoint
-            official = load_official_checkpoint(str(p))
-            sd, source = official.state_dict(), "official TSM checkpoint"
+    contents = read_checkpoint(path)
+    source = {"deepspeed": "DeepSpeed checkpoint", "official": "official TSM checkpoint"}.get(
+        contents.source, "tsm_ds export" if contents.model_config else "state dict")
     own = model.state_dict()
     take, skipped = {}, []
-    for k, v in sd.items():
+    for k, v in contents.state_dict.items():
         if k in own and own[k].shape == v.shape:
             take[k] = v
         elif k in own:
             skipped.append(k)
     missing = [k for k in own if k not in take and k not in skipped]
     if missing:
-        raise RuntimeError(f"--tune-from {p}: {len(missing)} parameters of this model are not in the checkpoint "
+        raise RuntimeError(f"{contents.path}: {len(missing)} parameters of this model are not in the checkpoint "
                            f"(first: {missing[:3]}); is --arch / --shift the same as the checkpoint's?")
     model.load_state_dict({**own, **take})
-    return {"loaded": len(take), "skipped": skipped, "source": source}
+    return {"loaded": len(take), "skipped": skipped, "source": source, "path": str(contents.path)}

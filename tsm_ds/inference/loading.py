@@ -1,9 +1,12 @@
 """Load any checkpoint the tools accept as an inference model (:func:`load_for_inference`).
 
-Checkpoints: the trainer's exported plain state dict (``{"state_dict", "model_config",
-"class_names"}``), a DeepSpeed run/checkpoint directory, or an official TSM checkpoint file
-(``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth``; class names from a label map,
-e.g. ``kinetics400_labels.txt``). Used by ``tsm-ds eval``, ``predict`` and ``export``.
+A thin layer over the engine's reader (:func:`tsm_ds.engine.checkpoint_reader.read_checkpoint`,
+which the trainer's ``--tune-from`` uses too): the trainer's exported file (``{"state_dict",
+"model_config", "class_names"}``), a DeepSpeed run / checkpoint / tag directory (ZeRO-3 included),
+or an official TSM checkpoint file (``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth``;
+class names from a label map, e.g. ``kinetics400_labels.txt``). Here: rebuild the model from the
+recorded ``model_config`` plus overrides, load the weights exactly, attach class names, eval mode.
+Used by ``tsm-ds eval``, ``predict`` and ``export``.
 """
 from __future__ import annotations
 
@@ -59,13 +62,6 @@ def _resolve_class_names(names: Sequence[str] | None, labels: str | None, num_cl
     return [f"class_{i}" for i in range(num_classes)]
 
 
-def _torch_load(path: Path, *, trusted: bool = False) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=not trusted)
-    except Exception as e:  # a corrupt or foreign file: say which and what it is expected to be
-        raise ValueError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
-
-
 def _build(config: dict, overrides: dict) -> torch.nn.Module:
     from tsm_ds.models import build_model
 
@@ -73,60 +69,20 @@ def _build(config: dict, overrides: dict) -> torch.nn.Module:
     return build_model(**cfg)
 
 
-def _is_official(state: dict) -> bool:
-    keys = list(state)
-    return any(k.startswith(("module.base_model.", "base_model.")) for k in keys)
-
-
-def _official_name(path: Path) -> bool:
-    """True when the file name follows the official pattern (``TSM_kinetics_RGB_resnet50_...pth``)."""
-    import warnings
-
-    from tsm_ds.models import parse_official_name
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parse_official_name(path)
-        return True
-    except ValueError as e:
-        # an official name with an unsupported option (non-local, Flow): let the loader say so
-        return "not an official" not in str(e)
-
-
-def _deepspeed_model_states(path: Path) -> tuple[Path, dict]:
-    """Find and read ``mp_rank_00_model_states.pt`` of a DeepSpeed save directory (or its ``latest`` tag)."""
-    if (path / "checkpoints").is_dir() and not (path / "latest").is_file():
-        path = path / "checkpoints"  # a trainer run directory: <run dir>/checkpoints/latest
-    ckdir = path
-    if (path / "latest").is_file():
-        ckdir = path / (path / "latest").read_text().strip()
-    f = ckdir / "mp_rank_00_model_states.pt"
-    if not f.is_file():
-        cands = sorted(path.glob("*/mp_rank_00_model_states.pt"), key=lambda p: p.stat().st_mtime)
-        if not cands:
-            raise FileNotFoundError(
-                f"{path} is a directory but holds no DeepSpeed checkpoint (no 'latest' file and no "
-                "*/mp_rank_00_model_states.pt); pass the run's checkpoint directory or an exported .pt file")
-        f = cands[-1]
-        ckdir = f.parent
-    # our own trainer's file (DeepSpeed pickles its config and client state): trusted
-    return ckdir, _torch_load(f, trusted=True)
-
-
 def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
                        **overrides: Any) -> LoadedModel:
     """Load any checkpoint the tools accept, as an eval-mode float32 model on CPU.
 
     Args:
-        path: (1) a file saved by the trainer's export, ``{"state_dict", "model_config",
-            "class_names"}``; (2) a DeepSpeed save directory (with ``latest``, or a tag directory
-            holding ``mp_rank_00_model_states.pt``; ZeRO-3 shards are consolidated with DeepSpeed's
-            ``get_fp32_state_dict_from_zero_checkpoint``), whose client state carries
-            ``model_config`` and ``class_names``; (3) an official TSM checkpoint (``state_dict``
-            with ``module.base_model.*`` keys; the options come from the official file name, or
-            from ``overrides`` with arch= and num_classes=), read by
-            ``tsm_ds.models.load_official_checkpoint``.
+        path: every kind :func:`tsm_ds.engine.checkpoint_reader.read_checkpoint` reads: (1) a file
+            saved by the trainer's export, ``{"state_dict", "model_config", "class_names"}``
+            (``weights_only=True``); (2) a DeepSpeed directory: a run directory, its
+            ``checkpoints/`` (the tag ``latest`` names), a tag directory (ZeRO-3 shards are
+            consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``), whose client
+            state carries ``model_config`` and ``class_names`` (DeepSpeed's own file may need
+            ``weights_only=False``: see the reader); (3) an official TSM checkpoint (options from the
+            official file name, or from ``overrides`` with arch= and num_classes= for a renamed file;
+            ``weights_only=True``).
         labels: label-map file; overrides the checkpoint's class names (needed for official files).
         **overrides: ``build_model`` arguments to change, e.g. ``num_segments=16`` (TSM weights do
             not depend on T) or ``shift="online"`` (a bidirectional checkpoint run uni-directionally
@@ -137,62 +93,31 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
 
     Raises:
         FileNotFoundError: no such file/directory, or a directory without a DeepSpeed checkpoint.
-        ValueError: unreadable file, unknown layout, missing ``model_config``, state dict keys that
-            do not match the rebuilt model, or class names that do not match the outputs.
-        tsm_ds.models.weights.CheckpointError: an official file whose keys do not fit its name.
+        ValueError: not a checkpoint (the message names the file), no ``model_config`` to rebuild
+            the model from, or class names that do not match the outputs.
+        tsm_ds.models.weights.CheckpointError: the weights do not fit the rebuilt model (official
+            file vs. its name, or overrides such as ``num_classes`` that change shapes); the message
+            lists missing, unexpected and mismatched keys.
     """
-    p = Path(path)
-    notes: list[str] = []
-    img_size = None
-    if p.is_dir():
-        ckdir, states = _deepspeed_model_states(p)
-        config = states.get("model_config") or (states.get("client_state") or {}).get("model_config")
-        names = states.get("class_names") or (states.get("client_state") or {}).get("class_names")
-        img_size = states.get("img_size") or (states.get("client_state") or {}).get("img_size")
-        if not config:
-            raise ValueError(f"DeepSpeed checkpoint {ckdir} has no 'model_config' in its client state; "
-                             "use the run's exported best-model file instead")
-        state = states.get("module")
-        if not state or any(getattr(v, "numel", lambda: 1)() == 0 for v in state.values()):
-            # ZeRO-3 keeps the parameters partitioned in the optimizer shards
-            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-            state = get_fp32_state_dict_from_zero_checkpoint(str(ckdir.parent), tag=ckdir.name)
-        model = _build(dict(config), overrides)
-        _load_state(model, state, ckdir)
-        source = "deepspeed"
-    elif p.is_file() and _official_name(p):
-        from tsm_ds.models import load_official_checkpoint
+    from tsm_ds.engine.checkpoint_reader import read_checkpoint
+    from tsm_ds.models.weights import load_exact
 
-        model = load_official_checkpoint(str(p), **overrides)
-        names, source = None, "official"
-    elif p.is_file():
-        payload = _torch_load(p)
-        if not isinstance(payload, dict) or "state_dict" not in payload:
-            raise ValueError(f"{p}: expected a dict with a 'state_dict' key (tsm_ds export or official TSM "
-                             f"checkpoint), found {type(payload).__name__} with keys "
-                             f"{sorted(payload)[:8] if isinstance(payload, dict) else '-'}")
-        names = payload.get("class_names")
-        img_size = payload.get("img_size")
-        if "model_config" in payload:
-            model = _build(dict(payload["model_config"]), overrides)
-            _load_state(model, payload["state_dict"], p)
-            source = "state_dict"
-        elif _is_official(payload["state_dict"]):
-            from tsm_ds.models import load_official_checkpoint
-
-            model = load_official_checkpoint(str(p), **overrides)
-            source = "official"
-        else:
-            raise ValueError(f"{p}: a 'state_dict' without 'model_config', and not an official TSM "
-                             "checkpoint (keys module.base_model.*): the model cannot be rebuilt")
-    else:
-        raise FileNotFoundError(f"checkpoint {p} not found")
+    contents = read_checkpoint(path, official_overrides=overrides)
+    if not contents.model_config:
+        raise ValueError(
+            f"{contents.path}: no 'model_config' recorded with the weights: the model cannot be rebuilt; "
+            + ("use the run's exported best_model.pt instead" if contents.source == "deepspeed" else
+               "save it with tsm_ds.engine.checkpoint.export_model, or, for an official TSM checkpoint that "
+               "was renamed, pass arch= and num_classes= (--arch, --num-classes)"))
+    model = _build(contents.model_config, overrides)
+    load_exact(model, contents.state_dict, contents.path)
     config = dict(getattr(model, "config", {}) or {})
     num_classes = int(config.get("num_classes") or _num_outputs(model))
-    class_names = _resolve_class_names(names, labels, num_classes, notes)
+    notes: list[str] = []
+    class_names = _resolve_class_names(contents.class_names, labels, num_classes, notes)
     model = model.float().eval()
-    return LoadedModel(model=model, class_names=class_names, config=config, source=source,
-                       path=str(path), notes=notes, img_size=int(img_size) if img_size else None)
+    return LoadedModel(model=model, class_names=class_names, config=config, source=contents.source,
+                       path=str(path), notes=notes, img_size=contents.img_size)
 
 
 def resolve_img_size(requested: int | None, loaded: LoadedModel) -> int:
@@ -208,15 +133,6 @@ def _num_outputs(model: torch.nn.Module) -> int:
     if not linears:
         raise ValueError("cannot tell the number of classes: model.config has no num_classes and no Linear layer")
     return linears[-1].out_features
-
-
-def _load_state(model: torch.nn.Module, state: dict, where: Path) -> None:
-    state = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{where}: state dict does not match the model rebuilt from its model_config: "
-                         f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-                         f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
 
 
 def checkpoint_overrides(args: Any) -> dict:
