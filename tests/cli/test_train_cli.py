@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tsm_ds import train
+from tsm_ds.cli.train import select_data
 from tsm_ds.data import splits
 from tsm_ds.data.splits import build_datasets
 from tsm_ds.engine.dist import set_accelerator_env, set_threads
@@ -52,8 +53,10 @@ def test_real_clips_split_by_source_group(shared_data, tmp_path):
     import logging
     a = train.build_parser().parse_args(["--data", str(shared_data / "videos"), "--img-size", "32",
                                          "--num-segments", "2", "--output-dir", str(tmp_path)])
-    tr, va, names, desc = build_datasets(a, logging.getLogger("t"))
-    assert "source_group" in desc
+    split, flip = select_data(a, logging.getLogger("t"))
+    tr, va = build_datasets(split, num_segments=2, img_size=32, flip=flip)
+    names, desc = split.class_names, split.description
+    assert "source_group" in desc and split.kind == "manifest" and flip
     assert names == sorted(p.name for p in (shared_data / "videos").iterdir() if p.is_dir())
     tr_paths = {Path(r.path) for r in tr.records}
     va_paths = {Path(r.path) for r in va.records}
@@ -76,7 +79,7 @@ def test_no_data_message(monkeypatch, tmp_path):
     monkeypatch.setattr(builtins, "__import__", no_synthetic)
     a = train.build_parser().parse_args(["--output-dir", str(tmp_path)])
     with pytest.raises(ValueError, match=r"no training data: pass --data DIR .*--train-list/--val-list"):
-        build_datasets(a, logging.getLogger("t"))
+        select_data(a, logging.getLogger("t"))
 
 
 def test_tune_from_replaces_head_when_classes_differ(tmp_path):
@@ -148,8 +151,11 @@ def test_demo_dataset_fallback(monkeypatch, tmp_path):
     monkeypatch.delenv("TSM_DS_DATA", raising=False)
     a = train.build_parser().parse_args(["--output-dir", str(tmp_path), "--demo-clips", "2", "--img-size", "32",
                                          "--num-segments", "4"])
-    tr, va, names, desc = build_datasets(a, logging.getLogger("t"))
-    assert a.no_flip  # direction classes: a flipped "moving_left" clip would be "moving_right"
+    split, flip = select_data(a, logging.getLogger("t"))
+    tr, va = build_datasets(split, num_segments=4, img_size=32, flip=flip)
+    names = split.class_names
+    assert split.demo and not flip  # direction classes: a flipped "moving_left" clip would be "moving_right"
+    assert not a.no_flip            # the command decides; the parsed flags stay as given
     assert len(names) == 4 and len(tr) == 2 * 4 and len(va) == 2 * 4
     assert sorted(r.label for r in tr.records) == [0, 0, 1, 1, 2, 2, 3, 3]
     item = tr[0]

@@ -4,6 +4,14 @@ One process::
 
     tsm-ds eval --checkpoint runs/x/best_model.pt --data ../shared/data --split val \\
         --num-clips 10 --num-crops 3 --out results/x
+    tsm-ds eval --checkpoint runs/x/best_model.pt --out results/x   # the run's own validation clips
+
+Data: ``--data DIR`` is resolved exactly as training resolves it (:func:`tsm_ds.data.splits.resolve_split`:
+a folder holding manifest.csv or its videos/, class folders under train/ + val/, or a class-folder tree
+with a per-class hold-out of ``--val-fraction``); ``--split train|val|all`` picks the side (default: val
+when the data carries its own split, all for a plain class-folder tree). ``--list FILE [--root DIR]``
+reads a video list. Without either, the run's ``config.json`` next to the checkpoint (RUN/best_model.pt,
+RUN/last_model.pt, RUN, RUN/checkpoints/<tag>) names the data, and its validation side is evaluated.
 
 Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
 :func:`tsm_ds.engine.evaluate.gather_predictions`)::
@@ -39,11 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "needed for official checkpoints, overrides the checkpoint's names")
     d = p.add_argument_group("data")
     d.add_argument("--data", default=None,
-                   help="class-folder root (<root>/<class>/<video>); with --split, a root holding "
-                        "manifest.csv and videos/ (../shared/data)")
-    d.add_argument("--split", choices=["train", "val"], default=None,
-                   help="with --data: the source-video split of manifest.csv (tsm_ds.data.records."
-                        "split_by_source_group)")
+                   help="resolved as training does: a folder holding manifest.csv (../shared/data) or its "
+                        "videos/, class folders under train/ + val/, or a class-folder tree "
+                        "(<root>/<class>/<video>). Without --data and --list: the data recorded in the "
+                        "run's config.json next to --checkpoint")
+    d.add_argument("--split", choices=["train", "val", "all"], default=None,
+                   help="side of the split to evaluate; default: val for a manifest, train/ + val/ folders or "
+                        "the run's config.json, all for a plain class-folder tree (whose val side is the "
+                        "per-class hold-out of --val-fraction, as in training)")
+    d.add_argument("--val-fraction", type=float, default=0.2,
+                   help="per-class hold-out of a plain class-folder tree, as the training flag (default 0.2)")
     d.add_argument("--list", default=None, help="video list file: '<path> <label>' lines")
     d.add_argument("--root", default=None, help="root that --list paths are relative to")
     v = p.add_argument_group("test protocol")
@@ -72,12 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``tsm-ds eval``; returns 0 on success, 2 on bad arguments/checkpoint/data (message on stderr)."""
     args = build_parser().parse_args(argv)
+    from tsm_ds.engine.dist import set_threads
     from tsm_ds.inference.evaluate import evaluate
+
+    set_threads()   # ranks sharing a CPU split its cores (a no-op for one process or with OMP_NUM_THREADS)
     from tsm_ds.models.weights import CheckpointError
 
     try:
         metrics = evaluate(args, log=lambda line: print(line, flush=True))
-    except (FileNotFoundError, ValueError, CheckpointError) as e:
+    except (FileNotFoundError, NotADirectoryError, ValueError, CheckpointError) as e:
         print(f"tsm-ds eval: {e}", file=sys.stderr)
         return 2
     if metrics is not None:

@@ -1,98 +1,277 @@
-"""Train / validation records from the data flags of ``tsm_ds/train.py``.
+"""One resolver of train / validation records, shared by ``tsm-ds train`` and ``tsm-ds eval``.
 
-Data: ``--data DIR`` is a class-per-folder tree (``DIR/train`` + ``DIR/val`` when present, else a
-per-class hold-out of ``--val-fraction``); the project's real clips (a ``videos`` folder next to a
-``manifest.csv``) are split by ``source_group`` (per class, the last group is validation);
-``--train-list/--val-list`` read ``path label`` list files (relative to ``--data`` when given).
-Without any of these, ``../shared/data/videos`` (or ``$TSM_DS_DATA``) is used when present, else
-the generated demo dataset (:mod:`tsm_ds.data.synthetic`).
+:func:`resolve_split` turns data arguments into a :class:`Split`; the kinds, tried in this order:
+
+- ``"lists"``: ``train_list`` (+ ``val_list``) files of ``path label`` lines, relative to ``data``
+  when given, else to the list file's folder; class names from ``classes`` (one per line);
+- ``"manifest"``: the project's real clips, ``data`` = the folder holding ``manifest.csv`` and
+  ``videos/`` (../shared/data) or that ``videos/`` folder itself: split by ``source_group``
+  (:func:`tsm_ds.data.records.split_by_source_group`; per class the last group is validation);
+- ``"train_val_folders"``: ``data/train/<class>/...`` and ``data/val/<class>/...``;
+- ``"holdout"``: a class-folder tree ``data/<class>/...``; per class the last ``val_fraction`` of
+  the files by path (rounded; classes of one video keep it for training) are validation.
+
+:meth:`Split.as_dict` records the arguments (absolute paths) and the kind; :func:`split_from_record`
+resolves them again from a run's ``config.json``, which is how ``tsm-ds eval --checkpoint RUN/...``
+finds the run's validation clips. Nothing here falls back to other data: :func:`default_data`
+(``$TSM_DS_DATA``, then ../shared/data/videos) and :func:`demo_split` (the generated demo dataset)
+are called explicitly by the train command, which logs its choice.
 """
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from tsm_ds.data.records import VideoRecord
+
+__all__ = ["Split", "SPLIT_KINDS", "DEFAULT_SHARED", "resolve_split", "split_from_record", "default_data",
+           "demo_split", "manifest_root", "build_datasets"]
+
+log = logging.getLogger(__name__)
 
 #: the project's real clips, next to a source checkout (absent in a user's clone or an install)
 DEFAULT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "videos"
 
+SPLIT_KINDS = ("lists", "manifest", "train_val_folders", "holdout")
 
-def _find_manifest_root(data: Path) -> Path | None:
-    for cand in (data, data.parent):
-        if (cand / "manifest.csv").is_file():
-            return cand
+
+@dataclass
+class Split:
+    """Train and validation records of one data source, and how to resolve them again.
+
+    Attributes:
+        train, val: the records (``val`` may be empty: a list run without ``val_list``).
+        class_names: label i is ``class_names[i]``.
+        kind: one of :data:`SPLIT_KINDS`.
+        description: one line for logs (what was read, how it was split).
+        data, train_list, val_list, classes: the resolver's arguments as absolute paths (or None).
+        val_fraction: the hold-out fraction (used by kind "holdout" only).
+        demo: True for the generated demo dataset (:func:`demo_split`): direction classes.
+    """
+
+    train: list[VideoRecord]
+    val: list[VideoRecord]
+    class_names: list[str]
+    kind: str
+    description: str
+    data: str | None = None
+    train_list: str | None = None
+    val_list: str | None = None
+    classes: str | None = None
+    val_fraction: float = 0.2
+    demo: bool = field(default=False)
+
+    def side(self, name: str) -> list[VideoRecord]:
+        """``"train"``, ``"val"``, or ``"all"`` (both, sorted by path). Raises ValueError for other names."""
+        if name == "train":
+            return list(self.train)
+        if name == "val":
+            return list(self.val)
+        if name == "all":
+            return sorted(list(self.train) + list(self.val), key=lambda r: r.path)
+        raise ValueError(f"split side must be train, val or all; got {name!r}")
+
+    def as_dict(self) -> dict:
+        """The resolver's arguments plus ``kind``, ``demo`` and the clip counts (JSON-ready), for
+        ``config.json``; :func:`split_from_record` reads it back."""
+        return {"kind": self.kind, "data": self.data, "train_list": self.train_list, "val_list": self.val_list,
+                "classes": self.classes, "val_fraction": self.val_fraction, "demo": self.demo,
+                "train_clips": len(self.train), "val_clips": len(self.val)}
+
+
+def _abs(p: str | os.PathLike | None) -> Path | None:
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(p)))) if p is not None else None
+
+
+def manifest_root(data: str | os.PathLike) -> Path | None:
+    """The folder holding ``manifest.csv`` when ``data`` is that folder (with a ``videos/``
+    subfolder) or its ``videos/`` folder; else None."""
+    data = Path(data)
+    if (data / "manifest.csv").is_file() and (data / "videos").is_dir():
+        return data
+    if data.name == "videos" and (data.parent / "manifest.csv").is_file():
+        return data.parent
     return None
 
 
-def build_datasets(args, log) -> tuple:
-    """(train_set, val_set, class_names, description) from the data flags.
+def _class_names_file(path: Path) -> list[str]:
+    from tsm_ds.data.records import read_label_map
 
-    ``args`` is the parsed ``tsm_ds/train.py`` namespace (data, model and seed flags); ``log`` a
-    ``logging.Logger``. The demo fallback sets ``args.train_list`` / ``val_list`` / ``no_flip``.
+    if not path.is_file():
+        raise FileNotFoundError(f"class-name file {path} does not exist")
+    return read_label_map(path)
+
+
+def _holdout(records: list[VideoRecord], num_classes: int, val_fraction: float
+             ) -> tuple[list[VideoRecord], list[VideoRecord]]:
+    train, val = [], []
+    for c in range(num_classes):
+        rs = sorted((r for r in records if r.label == c), key=lambda r: r.path)
+        k = int(round(len(rs) * val_fraction)) if len(rs) > 1 else 0
+        train += rs[: len(rs) - k]
+        val += rs[len(rs) - k:]
+    return train, val
+
+
+def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os.PathLike | None = None,
+                  val_list: str | os.PathLike | None = None, classes: str | os.PathLike | None = None,
+                  val_fraction: float = 0.2) -> Split:
+    """Train / validation records from data arguments (the kinds and their order: module docstring).
+
+    Args:
+        data: a folder: manifest root or its ``videos/``, ``train/`` + ``val/`` class folders, or a
+            class-folder tree; with list files, the folder their paths are relative to.
+        train_list, val_list: ``path label`` list files (``val_list`` needs ``train_list``).
+        classes: class names, one per line (line = label). For list files: their names (default
+            ``class_<i>``); for class folders: the label order (default: sorted folder names); for a
+            manifest it must list the manifest's classes in sorted order.
+        val_fraction: per-class hold-out of a plain class-folder tree, in [0, 1).
+
+    Returns:
+        :class:`Split`; record paths are absolute when ``data`` / the list files are given so.
 
     Raises:
-        ValueError: no data given and neither ../shared nor the demo generator is available.
-        FileNotFoundError: a given path does not exist.
+        FileNotFoundError: ``data``, a list file or the class-name file does not exist (named).
+        NotADirectoryError: ``data`` is a file.
+        ValueError: nothing given, ``val_list`` without ``train_list``, a bad ``val_fraction``, a
+            tree without class folders or videos (named), ``train/`` and ``val/`` with different
+            classes, a malformed list line.
     """
-    from tsm_ds.data import records
+    from tsm_ds.data import records as rec
+
+    if not 0.0 <= float(val_fraction) < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1); got {val_fraction}")
+    if val_list is not None and train_list is None:
+        raise ValueError(f"validation list {val_list} given without a training list")
+    d, tl, vl, cl = _abs(data), _abs(train_list), _abs(val_list), _abs(classes)
+    if d is None and tl is None:
+        raise ValueError("no data given: a data folder (class folders, train/ + val/, or a manifest.csv "
+                         "root) or a training list file")
+    if d is not None and not d.exists():
+        raise FileNotFoundError(f"data folder {data} does not exist")
+    if d is not None and not d.is_dir():
+        raise NotADirectoryError(f"data {data} is not a folder")
+    names = _class_names_file(cl) if cl is not None else None
+    args = dict(data=str(d) if d else None, train_list=str(tl) if tl else None, val_list=str(vl) if vl else None,
+                classes=str(cl) if cl else None, val_fraction=float(val_fraction))
+    if tl is not None:
+        for f in (tl, vl):
+            if f is not None and not f.is_file():
+                raise FileNotFoundError(f"list file {f} does not exist")
+        train = rec.read_video_list(tl, root=d)
+        val = rec.read_video_list(vl, root=d) if vl is not None else []
+        if names is None:
+            labels = [r.label for r in train + val]
+            names = [f"class_{i}" for i in range(1 + max(labels, default=0))]
+        kind, where = "lists", (f"list files {tl} / {vl}" if vl else f"list file {tl} (no validation list)") + (
+            f" (paths relative to {d})" if d else "")
+    elif manifest_root(d) is not None:
+        train, val, names_m = rec.split_by_source_group(manifest_root(d))
+        if names is not None and list(names) != list(names_m):
+            raise ValueError(f"{cl} names {names}, the manifest of {d} has the classes {names_m}")
+        names = names_m
+        kind, where = "manifest", (f"{d}: split by source_group (manifest.csv; per class the last group is "
+                                   f"validation)")
+    elif (d / "train").is_dir() and (d / "val").is_dir():
+        train, names_t = rec.read_class_folders(d / "train", class_names=names)
+        val, names_v = rec.read_class_folders(d / "val", class_names=names)
+        if names is None and list(names_v) != list(names_t):
+            raise ValueError(f"{d}/train and {d}/val have different class folders: {names_t} vs {names_v}")
+        names = names_t
+        kind, where = "train_val_folders", f"{d}/train and {d}/val"
+    else:
+        allr, names = rec.read_class_folders(d, class_names=names)
+        train, val = _holdout(allr, len(names), float(val_fraction))
+        kind, where = "holdout", f"{d}: per-class hold-out of the last {val_fraction:.0%} by file name"
+    if not train:
+        raise ValueError(f"{where}: no training videos found")
+    return Split(list(train), list(val), list(names), kind, where, **args)
+
+
+def split_from_record(record: dict) -> Split:
+    """Resolve a run's split again from its ``config.json`` (the whole record or its ``flags``).
+
+    Uses ``flags["split"]`` (:meth:`Split.as_dict`, written by the train command) when present, else
+    the data flags ``data`` / ``train_list`` / ``val_list`` / ``classes`` / ``val_fraction``.
+    A clip count that differs from the recorded one (the data changed since) is logged as a warning.
+
+    Raises:
+        ValueError: the record names no data (a run of an older version on default data), or the
+            data now resolves to another kind than recorded; errors of :func:`resolve_split`.
+    """
+    flags = record.get("flags", record)
+    rec = flags.get("split") or {}
+    src = rec or flags
+    args = {k: src.get(k) for k in ("data", "train_list", "val_list", "classes")}
+    if not args["data"] and not args["train_list"]:
+        raise ValueError("the run's config records no data folder or list file (it used default data); "
+                         "give the data to evaluate")
+    split = resolve_split(val_fraction=float(src.get("val_fraction") or 0.2), **args)
+    if rec.get("kind") and rec["kind"] != split.kind:
+        raise ValueError(f"the run's data was split as {rec['kind']!r}; {split.data or split.train_list} now "
+                         f"resolves as {split.kind!r} (the data changed)")
+    split.demo = bool(rec.get("demo", False))
+    for side in ("train", "val"):
+        n = rec.get(f"{side}_clips")
+        if n is not None and n != len(split.side(side)):
+            log.warning("the run had %d %s clips, %s now has %d (the data changed since)", n, side,
+                        split.description, len(split.side(side)))
+    return split
+
+
+def default_data() -> tuple[Path | None, str]:
+    """The data folder to train on when no data argument is given, and where it comes from:
+    ``($TSM_DS_DATA, "$TSM_DS_DATA")``, else ``(DEFAULT_SHARED, "the project's shared clips")`` when
+    that folder exists, else ``(None, "")``."""
+    env = os.environ.get("TSM_DS_DATA")
+    if env:
+        return Path(env), "$TSM_DS_DATA"
+    if DEFAULT_SHARED.is_dir():
+        return DEFAULT_SHARED, "the project's shared clips"
+    return None, ""
+
+
+def demo_split(root: str | os.PathLike, *, seed: int = 0, clips: int = 48) -> Split:
+    """Generate (or reuse) the motion-direction demo dataset under ``root`` and resolve it.
+
+    ``clips`` training and ``max(2, clips // 4)`` validation clips per class
+    (:func:`tsm_ds.data.synthetic.make_demo_dataset`). Returns a ``"lists"`` :class:`Split` with
+    ``demo=True``: its classes are directions, so a horizontal flip changes the label.
+
+    Raises:
+        ValueError: the generator cannot be imported (the message says which data to give instead),
+            or its own parameter errors.
+    """
+    try:
+        from tsm_ds.data.synthetic import make_demo_dataset
+    except ImportError as e:
+        raise ValueError(
+            f"no training data: pass --data DIR (one folder per class of video files) or "
+            f"--train-list/--val-list, or set TSM_DS_DATA; the project's real clips are expected at "
+            f"{DEFAULT_SHARED}, which does not exist on this machine, and the demo dataset generator "
+            f"cannot be imported ({e})") from None
+    log.info("demo dataset: generating (or reusing) %d + %d clips per class in %s", clips, max(2, clips // 4), root)
+    info = make_demo_dataset(root, seed=seed, train_per_class=clips, val_per_class=max(2, clips // 4))
+    split = resolve_split(train_list=info["train_list"], val_list=info["val_list"],
+                          classes=Path(info["root"]) / "classes.txt")
+    split.demo = True
+    split.description = f"generated demo dataset (direction classes) in {info['root']}: {split.description}"
+    return split
+
+
+def build_datasets(split: Split, *, num_segments: int, img_size: int, seed: int = 0, flip: bool = True
+                   ) -> tuple:
+    """(train_set, val_set) :class:`~tsm_ds.data.dataset.VideoClipDataset` of a :class:`Split`.
+
+    Training clips: random TSN sampling, multi-scale crops, horizontal flip when ``flip``; items
+    ``clip`` of shape (num_segments, 3, img_size, img_size). ``val_set`` is None when the split has
+    no validation records.
+    """
     from tsm_ds.data.dataset import VideoClipDataset
 
-    data = Path(args.data) if args.data else None
-    if data is None and not args.train_list:
-        env = os.environ.get("TSM_DS_DATA")
-        if env:
-            data = Path(env)
-        elif DEFAULT_SHARED.is_dir():
-            data = DEFAULT_SHARED
-        else:
-            try:
-                from tsm_ds.data.synthetic import make_demo_dataset
-            except ImportError:
-                raise ValueError(
-                    f"no training data: pass --data DIR (one folder per class of video files) or "
-                    f"--train-list/--val-list, or set TSM_DS_DATA; the project's real clips are expected "
-                    f"at {DEFAULT_SHARED}, which does not exist on this machine")
-            root = Path(args.output_dir) / "demo_data"
-            log.info("no data given and %s absent: generating the demo dataset in %s", DEFAULT_SHARED, root)
-            info = make_demo_dataset(root, seed=args.seed, train_per_class=args.demo_clips,
-                                     val_per_class=max(2, args.demo_clips // 4))
-            args.train_list, args.val_list = info["train_list"], info["val_list"]
-            args.classes_list = list(info["classes"])
-            if not args.no_flip:
-                log.info("demo dataset: direction classes, so horizontal flip is turned off")
-                args.no_flip = True
-            if args.shift == "none":
-                log.info("demo dataset: TSN (--shift none) cannot tell its classes apart; training anyway")
-    if data is not None and not data.exists():
-        raise FileNotFoundError(f"--data {data}: no such directory")
-    if args.train_list:
-        tr = records.read_video_list(args.train_list, root=str(data) if data else None)
-        va = records.read_video_list(args.val_list, root=str(data) if data else None) if args.val_list else []
-        names = getattr(args, "classes_list", None)
-        if names is None and args.classes:
-            names = [ln.strip() for ln in Path(args.classes).read_text().splitlines() if ln.strip()]
-        if names is None:
-            n = 1 + max(r.label for r in list(tr) + list(va))
-            names = [f"class_{i}" for i in range(n)]
-        desc = f"list files {args.train_list} / {args.val_list}"
-    elif _find_manifest_root(data) is not None and data.name == "videos":
-        tr, va, names = records.split_by_source_group(_find_manifest_root(data))
-        desc = f"{data}: split by source_group (manifest.csv; per class the last group is validation)"
-    elif (data / "train").is_dir() and (data / "val").is_dir():
-        tr, names = records.read_class_folders(data / "train")
-        va, vnames = records.read_class_folders(data / "val")
-        if list(vnames) != list(names):
-            raise ValueError(f"{data}/train and {data}/val have different class folders: {names} vs {vnames}")
-        desc = f"{data}/train and {data}/val"
-    else:
-        allr, names = records.read_class_folders(data)
-        tr, va = [], []
-        for c in range(len(names)):
-            rs = sorted((r for r in allr if r.label == c), key=lambda r: r.path)
-            k = int(round(len(rs) * args.val_fraction)) if len(rs) > 1 else 0
-            tr += rs[: len(rs) - k]
-            va += rs[len(rs) - k:]
-        desc = f"{data}: per-class hold-out of the last {args.val_fraction:.0%} by file name"
-    common = dict(num_segments=args.num_segments, img_size=args.img_size, seed=args.seed)
-    train_set = VideoClipDataset(list(tr), mode="train", flip=not args.no_flip, **common)
-    val_set = VideoClipDataset(list(va), mode="val", **common) if len(va) else None
-    return train_set, val_set, list(names), desc
+    common = dict(num_segments=num_segments, img_size=img_size, seed=seed)
+    train_set = VideoClipDataset(list(split.train), mode="train", flip=flip, **common)
+    val_set = VideoClipDataset(list(split.val), mode="val", **common) if split.val else None
+    return train_set, val_set

@@ -7,12 +7,15 @@ softmax probabilities. Results (rank 0 writes them): see :mod:`tsm_ds.inference.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
-from tsm_ds.engine.dist import init_distributed_from_env
+from tsm_ds.engine.dist import init_distributed
 from tsm_ds.inference.loading import checkpoint_overrides, load_for_inference, resolve_img_size
 
 
@@ -49,30 +52,76 @@ def map_labels(dataset_classes: Sequence[str] | None, model_classes: Sequence[st
     return None if mapping == list(range(len(model_classes))) else mapping
 
 
-def load_records(args: Any) -> tuple[list, list[str] | None]:
-    """The evaluation records and the dataset's class names (None for list files) from the CLI flags.
+def find_run_config(checkpoint: str | os.PathLike) -> Path:
+    """The training run's ``config.json`` for a checkpoint: ``RUN/best_model.pt``,
+    ``RUN/last_model.pt``, ``RUN``, ``RUN/checkpoints`` or ``RUN/checkpoints/<tag>``.
 
-    ``--list FILE [--root DIR]``: a video list (``path label`` lines); ``--data DIR``: class folders,
-    all videos, or with ``--split val|train`` the manifest-based split of ../shared/data/videos.
-    Raises ValueError when neither is given or nothing is found.
+    Raises:
+        FileNotFoundError: no ``config.json`` with a ``flags`` record there (the places looked at
+            are named).
+    """
+    p = Path(checkpoint)
+    start = p if p.is_dir() else p.parent
+    places = [start]
+    if start.name == "checkpoints":
+        places.append(start.parent)
+    elif start.parent.name == "checkpoints":
+        places.append(start.parent.parent)
+    for d in places:
+        cfg = d / "config.json"
+        if cfg.is_file():
+            try:
+                if "flags" in json.loads(cfg.read_text(encoding="utf-8")):
+                    return cfg
+            except ValueError:
+                pass
+    raise FileNotFoundError(f"no data given (--data DIR or --list FILE) and no training run's config.json "
+                            f"next to the checkpoint {checkpoint} (looked in {', '.join(map(str, places))})")
+
+
+def load_records(args: Any) -> tuple[list, list[str] | None, dict]:
+    """The evaluation records, the dataset's class names (None for ``--list`` files) and where they
+    came from, from the ``tsm-ds eval`` flags.
+
+    - ``--list FILE [--root DIR]``: a video list (``path label`` lines); ``--split`` is refused.
+    - ``--data DIR``: resolved as training does (:func:`tsm_ds.data.splits.resolve_split`, with
+      ``--val-fraction``); ``--split train|val|all`` picks the side; default: ``val`` when the data
+      carries its own split (manifest, ``train/`` + ``val/``), ``all`` for a plain class-folder tree.
+    - neither: the run's ``config.json`` next to ``--checkpoint`` (:func:`find_run_config`) is resolved
+      again (:func:`tsm_ds.data.splits.split_from_record`); ``--split`` default ``val``.
+
+    Returns:
+        (records, class names or None, ``{"data", "split", "description"}``).
+
+    Raises:
+        FileNotFoundError / NotADirectoryError: missing data, list or run config (named).
+        ValueError: ``--split`` with ``--list``, or no videos found.
     """
     from tsm_ds.data import records as rec
+    from tsm_ds.data import splits
 
+    side = getattr(args, "split", None)
     if args.list:
-        records = rec.read_video_list(args.list, root=args.root)
-        names = None
+        if side is not None:
+            raise ValueError("--split applies to --data or a run's config.json, not to --list")
+        records, names = rec.read_video_list(args.list, root=args.root), None
+        info = {"data": str(args.list), "split": None, "description": f"list file {args.list}"}
     elif args.data:
-        if args.split:
-            train, val, names = rec.split_by_source_group(args.data)
-            records = val if args.split == "val" else train
-        else:
-            records, names = rec.read_class_folders(args.data)
+        split = splits.resolve_split(data=args.data, val_fraction=getattr(args, "val_fraction", 0.2))
+        side = side or ("all" if split.kind == "holdout" else "val")
+        records, names = split.side(side), split.class_names
+        info = {"data": str(args.data), "split": side,
+                "description": f"{split.description}; {side} side"}
     else:
-        raise ValueError("give the videos to evaluate: --data DIR (class folders) or --list FILE")
+        cfg = find_run_config(args.checkpoint)
+        split = splits.split_from_record(json.loads(cfg.read_text(encoding="utf-8")))
+        side = side or "val"
+        records, names = split.side(side), split.class_names
+        info = {"data": str(cfg), "split": side, "run_split": split.as_dict(),
+                "description": f"no data flag: {side} side of the run's data, read from {cfg}: {split.description}"}
     if not records:
-        raise ValueError(f"no videos found in {args.list or args.data}")
-    return list(records), (list(names) if names is not None else None)
-
+        raise ValueError(f"no videos to evaluate in {info['description']}")
+    return list(records), (list(names) if names is not None else None), info
 
 
 def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | None:
@@ -94,14 +143,14 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
     from tsm_ds.inference.report import write_eval_results
     from tsm_ds.inference.views import MultiViewForward, view_protocol
 
-    rank, world = init_distributed_from_env()
+    rank, world = init_distributed(require_group=False)
     protocol = view_protocol(args.num_clips, args.num_crops, args.sampling)
     loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
     if torch.cuda.is_available():
         loaded.model.cuda()
     num_segments = int(loaded.config.get("num_segments", args.num_segments or 8))
     args.img_size = resolve_img_size(args.img_size, loaded)
-    records, ds_names = load_records(args)
+    records, ds_names, data_info = load_records(args)
     mapping = map_labels(ds_names, loaded.class_names)
     dataset = VideoClipDataset(records, num_segments=num_segments, img_size=args.img_size,
                                **protocol.dataset_kwargs())
@@ -112,6 +161,7 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
         log = log or logging.getLogger("tsm_ds.inference").info
         for note in loaded.notes:
             log(f"note: {note}")
+        log(f"data: {data_info['description']}")
         log(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
             f"{args.img_size}px, average={args.average}, world size {world}")
     forward = MultiViewForward(protocol.num_views, args.average, max_clips=args.max_clips)
@@ -127,7 +177,8 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
                 "model_config": loaded.config, "protocol": protocol.describe(),
                 "num_clips": protocol.num_clips, "num_crops": protocol.num_crops,
                 "sampling": protocol.sampling, "num_segments": num_segments, "img_size": args.img_size,
-                "world_size": world, "data": args.list or args.data, "split": args.split}
+                "world_size": world, "data": data_info["data"], "split": data_info["split"],
+                "data_description": data_info["description"]}
         metrics = write_eval_results(args.out, scores=scores.numpy(), labels=labels_np,
                                      class_names=loaded.class_names,
                                      paths=[str(records[i].path) for i in indices.tolist()],
