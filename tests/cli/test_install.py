@@ -109,7 +109,8 @@ def test_installed_train_two_steps_outside_the_repo(installed):
     data = ["--data", str(videos)] if videos.is_dir() else ["--demo-clips", "2"]
     cmd = [sys.executable, "-m", "tsm_ds.train", "--deepspeed_config", "cpu_fp32", "--max-steps", "2",
            "--epochs", "1", "--arch", "resnet18", "--img-size", "32", "--num-segments", "2", "--batch-size", "2",
-           "--micro-batch-size", "2", "--num-workers", "0", "--output-dir", str(runs), "--no-progress"] + data
+           "--micro-batch-size", "2", "--num-workers", "0", "--output-dir", str(runs), "--no-progress",
+           "--index-cache", str(tmp / "index_cache")] + data
     out = _run(cmd, cwd=installed["cwd"], env=env).stdout
     (tmp / "train.log").write_text(out)
 
@@ -119,5 +120,8 @@ def test_installed_train_two_steps_outside_the_repo(installed):
     assert recipe.resolve() == site / "tsm_ds" / "ds_configs" / "cpu_fp32.json", cfg["flags"]
     result = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT ")).split(" ", 1)[1])
     assert result["steps"] == 2, result
+    # --index-cache (the flag behind TSM_DS_INDEX_CACHE) reached the loader: one index file per clip read
+    assert len(list((tmp / "index_cache").glob("*.npz"))) >= 1
+    assert json.loads((cfg_file.parent / "result.json").read_text())["status"] == "completed"
     assert str(recipe) in out, ("the training log does not name the engine JSON it used "
                                 f"({recipe}); tsm_ds/cli/train.py should log it:\n{out[-3000:]}")

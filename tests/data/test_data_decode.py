@@ -334,6 +334,10 @@ def test_index_cache_is_bounded(tmp_path, monkeypatch):
     assert [D.count_frames(p) for p in paths] == [5, 6, 7]
     assert len(video_index._index_cache) == 2
     assert D.count_frames(paths[0]) == 5  # rebuilt after eviction
+    D.set_index_cache_size(1)               # the argument behind TSM_DS_INDEX_CACHE_SIZE (train: --index-cache-size)
+    assert video_index.INDEX_CACHE_SIZE == 1 and len(video_index._index_cache) == 1
+    with pytest.raises(ValueError, match=">= 1 entry"):
+        D.set_index_cache_size(0)
     D.clear_index_cache()
 
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tsm_ds.engine import compression as C
-from tsm_ds.engine.compression import (ChunkLayout, OneBitCompressor, build_compressor, check_ds_config,
+from tsm_ds.engine.compression import (ChunkLayout, OneBitCompressor, build_compressor,
                                        decode_scaled_sign, pack_signs, scaled_sign, unpack_signs)
 
 TOL = 1e-10
@@ -100,12 +100,21 @@ def test_config_block_and_removed_optimizers():
     assert build_compressor("none", None) is None
     with pytest.raises(ValueError, match="'twobit' is not supported"):
         build_compressor({"type": "twobit"}, None)
+    # the one validator (tsm_ds.engine.config.validate_config) checks the block and its context
+    from tsm_ds.engine.config import ConfigError, validate_config
+
+    adam = {"optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
     for name in ("OneBitAdam", "OneBitLamb", "ZeroOneAdam"):
-        with pytest.raises(ValueError, match=r"removed .* in 0\.19\.7.*tsm_ds.*compression"):
-            check_ds_config({"optimizer": {"type": name, "params": {"lr": 1e-3}}})
-    with pytest.raises(ValueError, match="needs zero_optimization.stage 0, got stage 2"):
-        check_ds_config({"zero_optimization": {"stage": 2}, "tsm_ds": {"compression": {"type": "onebit"}}})
-    check_ds_config({"zero_optimization": {"stage": 2}, "tsm_ds": {"compression": {"type": "none"}}})
+        with pytest.raises(ConfigError, match=r"removed from DeepSpeed 0\.19\.7; use the `tsm_ds.compression`"):
+            validate_config({"optimizer": {"type": name, "params": {"lr": 1e-3}}}, {}, device="cpu",
+                            has_batchnorm=False)
+    with pytest.raises(ConfigError, match="`tsm_ds.compression` needs ZeRO stage 0"):
+        validate_config({**adam, "zero_optimization": {"stage": 2}}, {"compression": {"type": "onebit"}},
+                        device="cpu", has_batchnorm=False)
+    with pytest.raises(ConfigError, match="tsm_ds.compression: unknown key"):
+        validate_config(adam, {"compression": {"type": "onebit", "freeze": 3}}, device="cpu", has_batchnorm=False)
+    validate_config({**adam, "zero_optimization": {"stage": 2}}, {"compression": {"type": "none"}},
+                    device="cpu", has_batchnorm=False)
 
     class ZeroEngine:
         def zero_optimization_stage(self):
@@ -119,8 +128,10 @@ def test_recipe_files_are_valid(name):
     import json
     from pathlib import Path
     cfg = json.loads((Path(__file__).resolve().parents[2] / "ds_configs" / name).read_text())
-    check_ds_config(cfg)
-    assert C._parse_block(cfg["tsm_ds"]["compression"]) == {"type": "onebit", "freeze_step": 100, "chunk_size": 1024}
+    from tsm_ds.engine.config import validate_config
+    validate_config({k: v for k, v in cfg.items() if k != "tsm_ds"}, cfg["tsm_ds"],
+                    device="cuda" if name.startswith("gpu") else "cpu", has_batchnorm=True)
+    assert C.parse_compression_block(cfg["tsm_ds"]["compression"]) == {"type": "onebit", "freeze_step": 100, "chunk_size": 1024}
     # the compressor needs fp32 gradients in p.grad at ZeRO 0 (the trainer refuses bf16/fp16 modes)
     assert cfg["zero_optimization"]["stage"] == 0 and "bf16" not in cfg and "fp16" not in cfg
 

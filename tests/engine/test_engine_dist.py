@@ -122,12 +122,17 @@ def _run_scenario(sc: dict) -> None:
                              resume=sc.get("resume"), save_every_steps=sc.get("save_every_steps", 0),
                              class_names=["a", "b", "c"], flags=sc["flags"], progress=False, step_callback=cb)
     recipe = REPO / "ds_configs" / sc["recipe"] if "recipe" in sc else RECIPE
+    from tsm_ds.engine import config as cfgmod
+    calls = []
+    real_resolve = cfgmod.resolve_config
+    cfgmod.resolve_config = lambda *a, **k: calls.append(1) or real_resolve(*a, **k)   # count the config passes
     tr = Trainer(model, Clips(sc["n"]), Clips(5, seed=9), load_config(recipe), settings, param_groups=tiny_groups)
     tr.fit()
+    cfgmod.resolve_config = real_resolve
     rank = dist.get_rank()
     torch.save({"params": {k: v.detach().clone() for k, v in tr.engine.module.named_parameters()},
                 "buffers": {k: v.clone() for k, v in tr.engine.module.named_buffers()},
-                "lrs": lrs, "names": tr.group_names, "step": tr.global_step},
+                "lrs": lrs, "names": tr.group_names, "step": tr.global_step, "resolve_calls": len(calls)},
                out / f"{sc['name']}_rank{rank}.pt")
 
 
@@ -226,6 +231,24 @@ def test_accumulation_and_world_size_equivalence(runs):
     torch.manual_seed(0)
     init = dict(Tiny().named_parameters())
     assert (ref["params"]["new_fc.weight"] - init["new_fc.weight"]).abs().max() > 1e-3
+
+
+@pytest.mark.slow
+def test_config_resolved_once_and_run_files(runs):
+    """One config pass per start (1 and 2 ranks); result.json and the provenance in config.json."""
+    import socket as _socket
+
+    for name, world in (("w1_b2B", 1), ("w2_bB", 2), ("cpu_zero1.json", 2)):
+        for rank in range(world):
+            assert _load(runs, name, rank)["resolve_calls"] == 1, (name, rank)
+    run = runs / "w2_bB"
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "completed" and result["steps"] == 3 and result["run_dir"] == str(run)
+    assert result["val_clips"] == 5 and result["rollbacks"] == 0 and len(result["history"]) == 1
+    prov = json.loads((run / "config.json").read_text())["provenance"]
+    assert prov["hosts"] == [_socket.gethostname()] * 2
+    assert torch.__version__.startswith(prov["packages"]["torch"]) and prov["packages"]["deepspeed"] == "0.19.8"
+    assert prov["git_commit"] is None or len(prov["git_commit"]) == 40
 
 
 @pytest.mark.slow

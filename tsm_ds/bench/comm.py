@@ -109,8 +109,7 @@ def launch(out_dir: str | os.PathLike, *, world_size: int = 2, methods: Sequence
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     if not torch.cuda.is_available():
-        env.setdefault("DS_ACCELERATOR", "cpu")
-        env.setdefault("OMP_NUM_THREADS", "1")      # 2 ranks on 2 cores: 10x slower with default threads
+        env.setdefault("DS_ACCELERATOR", "cpu")     # threads per rank: set_threads in each rank
     out = Path(out_dir).resolve()
     cmd = [*launcher_command(), "--num_gpus", str(world_size), "--master_port", str(free_port()),
            "--module", WORKER_MODULE,
@@ -161,11 +160,11 @@ def worker(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps
 
     methods = check_methods(methods)
 
+    from tsm_ds.engine.dist import init_distributed, set_threads
+
     cuda = torch.cuda.is_available()
-    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
-    from tsm_ds.engine.dist import release_cpu_shm_at_exit
-    release_cpu_shm_at_exit()
-    rank, world = dist.get_rank(), dist.get_world_size()
+    set_threads()   # ranks sharing a CPU split its cores (2 unpinned ranks on 2 cores: ~10x slower)
+    rank, world = init_distributed()
     model, layout = _model(flat, numel)
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,
            "steps_per_print": 10 ** 9, "optimizer": {"type": "SGD", "params": {"lr": 0.0}},

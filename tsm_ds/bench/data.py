@@ -43,15 +43,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tsm_ds.data.splits import default_data, resolve_split
+
 __all__ = ["DEFAULT_DATA", "LOADERS", "available_loaders", "make_long_video", "bench_input",
            "bench_dataset", "run_data_bench"]
 
 _LOG = logging.getLogger(__name__)
 
-#: the real clips: $TSM_DS_SHARED_DATA/videos, else ../shared/data/videos next to the repository
-#: (the project's CI material; a clone without it benchmarks the generated videos only)
-DEFAULT_DATA = Path(os.environ.get("TSM_DS_SHARED_DATA",
-                                   Path(__file__).resolve().parents[2].parent / "shared" / "data")) / "videos"
+#: the real clips: the training default (``$TSM_DS_DATA``, else ../shared/data/videos beside the
+#: source checkout; :func:`tsm_ds.data.splits.default_data`), None when neither exists
+DEFAULT_DATA = default_data()[0]
 #: every loader :func:`available_loaders` knows, in table order
 LOADERS: tuple[str, ...] = ("tsm_ds", "tsm_ds_short256", "decode_all", "torchcodec_exact",
                             "torchcodec_approx", "decord")
@@ -282,7 +283,6 @@ def run_data_bench(out_dir: str | os.PathLike = "bench_out", *, data: str | os.P
     Raises:
         OSError: ``out_dir`` or ``cache`` is not writable.
     """
-    from tsm_ds.data.records import read_class_folders
     from tsm_ds.utils.io import write_report
 
     reps = reps or (3 if quick else 5)
@@ -296,7 +296,9 @@ def run_data_bench(out_dir: str | os.PathLike = "bench_out", *, data: str | os.P
     inputs: list[tuple[str, list[str]]] = []
     recs = []
     if data is not None and Path(data).is_dir():
-        recs, _ = read_class_folders(data)
+        # every clip of the folder, resolved as training resolves --data (a manifest root or its
+        # videos/ folder, train/ + val/ folders, a class-folder tree)
+        recs = resolve_split(data=data).side("all")
         inputs.append((f"real clips ({len(recs)})", [r.path for r in recs]))
     else:
         log(f"bench data: no real clips at {data}; generated videos only")

@@ -116,9 +116,9 @@ def train_command(model: str, settings: TrainSettings, data: Mapping[str, Any], 
     ]
 
 
-def child_env(nproc: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The launcher's environment: ``base`` (default ``os.environ``), plus without a GPU
-    DeepSpeed's CPU accelerator and ``OMP_NUM_THREADS`` = cores / ``nproc`` (unless set), plus the
+    DeepSpeed's CPU accelerator (each rank takes cores / ranks threads itself), plus the
     folder holding the ``tsm_ds`` package on ``PYTHONPATH`` when it is not a site-packages folder
     (a source checkout used without installing it: the ranks import ``tsm_ds.train``).
     """
@@ -129,10 +129,7 @@ def child_env(nproc: int, base: Mapping[str, str] | None = None) -> dict[str, st
     except ImportError:  # pragma: no cover - torch is a core dependency
         has_cuda = False
     if not has_cuda:
-        env.setdefault("DS_ACCELERATOR", "cpu")
-        # one rank per core group: 2 unpinned ranks on 2 cores ran ~10x slower (ds_cpu_notes.md)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        env.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc)))
+        env.setdefault("DS_ACCELERATOR", "cpu")   # threads per rank: train.py's set_threads (cores / ranks)
     root = Path(__file__).resolve().parents[2]          # the folder that contains tsm_ds/
     site_dirs = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if root not in site_dirs:
@@ -144,16 +141,20 @@ _EPOCH_LINE = re.compile(r"epoch \d+: step \d+, val top-1")
 
 
 def run_training(cmd: list[str], log_path: Path, tag: str, env: dict,
-                 log: Callable[[str], Any] = _LOG.info) -> tuple[dict, float]:
+                 log: Callable[[str], Any] = _LOG.info, *, result_path: Path | None = None) -> tuple[dict, float]:
     """Run one launcher command; pass its epoch lines to ``log`` (prefixed ``[tag]``); return
-    (RESULT dict, wall seconds).
+    (the run's result, wall seconds).
 
-    The full output (both ranks, the launcher) goes to ``log_path``. The command runs in the
-    current directory (every path in it is absolute).
+    The result is read from ``result_path`` (the run's ``result.json``, written by the trainer)
+    when given, else from the ``RESULT`` line of the output. The full output (both ranks, the
+    launcher) goes to ``log_path``. The command runs in the current directory (every path in it is
+    absolute).
 
     Raises:
-        RuntimeError: the launcher exits non-zero or prints no ``RESULT`` line (names the log).
+        RuntimeError: the launcher exits non-zero, or no result was written (names the log).
     """
+    if result_path is not None and result_path.exists():
+        result_path.unlink()   # a result of an earlier run must not pass for this one's
     t0 = time.perf_counter()
     result, errors = None, []
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,10 +174,18 @@ def run_training(cmd: list[str], log_path: Path, tag: str, env: dict,
                 errors.append(line.rstrip())
         code = proc.wait()
     wall = time.perf_counter() - t0
+    if result_path is not None:
+        try:
+            result = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            result = None
+        if result is not None and result.get("status") != "completed":
+            errors.insert(0, f"{result_path}: status {result.get('status')}: {result.get('reason') or result.get('error')}")
+            result = None
     if code != 0 or result is None:
         first = "\n".join(dict.fromkeys(errors[:5]))  # the first distinct error lines (ranks repeat them)
         raise RuntimeError(f"{tag}: the deepspeed launcher exited with status {code}"
-                           f"{'' if result else ' without a RESULT line'}; see {log_path}"
+                           f"{'' if result else ' without a result'}; see {log_path}"
                            + (f"\n{first}" if first else ""))
     return result, wall
 
@@ -249,7 +258,7 @@ def run_demo(out: str | os.PathLike, *, models: Sequence[str] = ("tsm", "tsn"),
     log(f"demo data: {data['root']} ({n_cls} classes: {', '.join(data['classes'])}; "
         f"{ds.get('train_per_class', '?')} train + {ds.get('val_per_class', '?')} val clips per class; "
         f"{gen_s:.0f} s)")
-    env = child_env(training.nproc)
+    env = child_env()
     run_root = out / "runs"
     commands = {m: train_command(m, training, data, run_root) for m in models}
     if dry_run:
@@ -258,7 +267,8 @@ def run_demo(out: str | os.PathLike, *, models: Sequence[str] = ("tsm", "tsn"),
     for model in models:
         log(f"training {model.upper()} ({training.arch}, {training.num_segments} frames, {training.img_size} px, "
             f"{training.epochs} epochs, {training.nproc} ranks) ...")
-        res, wall = run_training(commands[model], out / "logs" / f"{model}.log", model, env, log=log)
+        res, wall = run_training(commands[model], out / "logs" / f"{model}.log", model, env, log=log,
+                                 result_path=run_root / model / "result.json")
         rows.append({"model": model, "shift": MODELS[model], "val_top1": float(res["val_top1"]),
                      "best_val_top1": float(res["best_val_top1"]), "val_clips": int(res["val_clips"]),
                      "steps": int(res["steps"]), "wall_s": round(wall, 1), "run_dir": res["run_dir"]})

@@ -16,7 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
         "torchcodec, decord), on real clips and generated long videos; then the training "
         "pipeline through a DataLoader."))
     ap.add_argument("--out-dir", default="bench_out", help="where data.json / data.md go")
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="class-folder tree of real clips")
+    ap.add_argument("--data", default=None if DEFAULT_DATA is None else str(DEFAULT_DATA),
+                    help="real clips, as train.py's --data takes them (default: $TSM_DS_DATA, else ../shared/data/videos)")
     ap.add_argument("--quick", action="store_true", help="1-minute generated video, 3 repetitions")
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5; quick 3)")
     ap.add_argument("--minutes", type=float, default=None, help="generated video length (default 5; quick 1)")

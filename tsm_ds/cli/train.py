@@ -32,15 +32,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)),
                    help="set by the deepspeed launcher")
     d = p.add_argument_group("data")
-    d.add_argument("--data", help="class-per-folder video tree (or the root the list files are relative to)")
+    d.add_argument("--data", help="a folder holding manifest.csv (../shared/data) or its videos/ folder, class "
+                   "folders under train/ + val/, or a class-per-folder tree (per-class hold-out); with list files, "
+                   "the root their paths are relative to (tsm_ds.data.splits.resolve_split)")
     d.add_argument("--train-list", help="list file of training clips: 'path label' per line")
     d.add_argument("--val-list", help="list file of validation clips")
-    d.add_argument("--classes", help="class names, one per line (line = label) for list files")
+    d.add_argument("--classes", help="class names, one per line (line = label): the names of list-file labels, "
+                   "or the label order of class folders")
     d.add_argument("--val-fraction", type=float, default=0.2,
                    help="per-class hold-out for --data trees without train/ val/ folders")
     d.add_argument("--img-size", type=int, default=224, help="crop side in pixels")
     d.add_argument("--no-flip", action="store_true", help="no horizontal flip (direction-sensitive classes)")
     d.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes per rank")
+    d.add_argument("--index-cache", default=None,
+                   help="also keep the per-file frame indexes on disk in this folder, shared by workers and runs "
+                        "(default: $TSM_DS_INDEX_CACHE, else in memory only)")
+    d.add_argument("--index-cache-size", type=int, default=None,
+                   help="frame indexes kept in memory per process (default: $TSM_DS_INDEX_CACHE_SIZE, else 8192)")
     d.add_argument("--demo-clips", type=int, default=48,
                    help="training clips per class of the generated demo dataset (used only without data)")
     m = p.add_argument_group("model")
@@ -54,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dropout", type=float, default=0.5)
     m.add_argument("--partial-bn", action="store_true")
     m.add_argument("--pretrained", help="torchvision ImageNet state dict file for the backbone")
-    m.add_argument("--tune-from", help="our export / checkpoint tag dir, or an official TSM .pth; the head "
+    m.add_argument("--tune-from", help="weights to start from: an export (RUN/best_model.pt), a run dir, its "
+                   "checkpoints/ dir (the 'latest' tag), a tag dir (ZeRO-3 too), or an official TSM .pth; the head "
                    "is replaced when the class count differs")
     t = p.add_argument_group("training (flags for engine-JSON keys are only allowed where the JSON says \"auto\")")
     t.add_argument("--epochs", type=int, default=50)
@@ -76,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--save-every-steps", type=int, default=0, help="also save every N optimizer steps")
     o.add_argument("--keep-last", type=int, default=2, help="complete checkpoints kept besides the best")
     o.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    m.add_argument("--no-fused-shift", action="store_true",
+                   help="use the out-of-place reference shift instead of the fused in-place one "
+                        "(the same as TSM_DS_FUSED_SHIFT=0)")
     g = p.add_argument_group("run guards (a diverged run stops before its update; exit status 3)")
     g.add_argument("--on-divergence", choices=["stop", "rollback"], default="stop",
                    help="stop: exit 3 naming the step, lr, loss and the last good checkpoint; rollback: reload "
@@ -93,6 +105,41 @@ def build_parser() -> argparse.ArgumentParser:
     import deepspeed
     deepspeed.add_config_arguments(p)
     return p
+
+
+def select_data(args: argparse.Namespace, log: logging.Logger) -> tuple:
+    """(split, flip): the run's :class:`tsm_ds.data.splits.Split` and whether to flip training clips.
+
+    The data flags, else ``$TSM_DS_DATA``, else ../shared/data/videos, else the generated demo
+    dataset in OUTPUT_DIR/demo_data (:func:`tsm_ds.data.splits.demo_split`); each fallback is logged.
+    The demo's classes are directions: flipping is turned off for it (logged). ``args`` is not changed.
+
+    Raises:
+        FileNotFoundError, NotADirectoryError, ValueError: see :func:`tsm_ds.data.splits.resolve_split`.
+    """
+    from tsm_ds.data import splits
+
+    data, split = args.data, None
+    if data is None and not args.train_list:
+        data, origin = splits.default_data()
+        if data is None:
+            root = Path(args.output_dir) / "demo_data"
+            log.info("no data given, TSM_DS_DATA unset and %s absent: using the generated demo dataset in %s",
+                     splits.DEFAULT_SHARED, root)
+            split = splits.demo_split(root, seed=args.seed, clips=args.demo_clips)
+        else:
+            log.info("no --data given: using %s (%s)", data, origin)
+    if split is None:
+        split = splits.resolve_split(data=data, train_list=args.train_list, val_list=args.val_list,
+                                     classes=args.classes, val_fraction=args.val_fraction)
+    flip = not args.no_flip
+    if split.demo:
+        if flip:
+            log.info("demo dataset: direction classes, so horizontal flip is turned off")
+            flip = False
+        if args.shift == "none":
+            log.info("demo dataset: TSN (--shift none) cannot tell its classes apart; training anyway")
+    return split, flip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     if acc_msg:
         log.info(acc_msg)
     log.info(thread_msg)
+    from tsm_ds.data.video import set_index_cache_dir, set_index_cache_size
+    from tsm_ds.models import set_fused_shift
+
+    if args.index_cache:
+        set_index_cache_dir(args.index_cache)   # DataLoader workers (forked) inherit it
+    if args.index_cache_size:
+        set_index_cache_size(args.index_cache_size)
+    if args.no_fused_shift:
+        set_fused_shift(False)
 
     import torch
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
@@ -132,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     from tsm_ds.data.splits import build_datasets
     try:  # a bad --data / list / label file is the user's to fix: a message, not a traceback
-        train_set, val_set, class_names, desc = build_datasets(args, log)
+        split, flip = select_data(args, log)
+        train_set, val_set = build_datasets(split, num_segments=args.num_segments, img_size=args.img_size,
+                                            seed=args.seed, flip=flip)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         log.error("data: %s", e)
         return 2
+    class_names, desc = split.class_names, split.description
     log.info("data: %s; %d train clips, %d val clips, %d classes", desc, len(train_set),
              len(val_set) if val_set is not None else 0, len(class_names))
     from tsm_ds.models import build_model
@@ -150,14 +209,16 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError, RuntimeError) as e:
             log.error("--tune-from %s: %s", args.tune_from, e)
             return 2
-        log.info("--tune-from %s (%s): %d tensors loaded, replaced (shape differs): %s", args.tune_from,
-                 rep["source"], rep["loaded"], rep["skipped"] or "none")
+        log.info("--tune-from %s (%s %s): %d tensors loaded, replaced (shape differs): %s", args.tune_from,
+                 rep["source"], rep["path"], rep["loaded"], rep["skipped"] or "none")
     run_name = args.run_name or f"{args.arch}_T{args.num_segments}_{Path(cfg_path).stem}"
     flags = {k: getattr(args, k) for k in ("batch_size", "micro_batch_size", "grad_accum", "lr", "weight_decay",
                                            "clip_grad", "warmup_steps", "lr_steps")}
-    record = {k: v for k, v in vars(args).items() if k != "classes_list"}
+    record = dict(vars(args))
     record["deepspeed_config"] = cfg_path
     record["data_description"] = desc
+    record["split"] = split.as_dict()  # what tsm-ds eval --checkpoint resolves again (tsm_ds.data.splits)
+    record["no_flip"] = not flip
     settings = TrainSettings(run_dir=Path(args.output_dir) / run_name, epochs=args.epochs, max_steps=args.max_steps,
                              seed=args.seed, num_workers=args.num_workers, resume=args.resume,
                              save_every_steps=args.save_every_steps, keep_last=args.keep_last,
@@ -189,11 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if trainer.rank == 0:
         val = result["val"]
-        m = getattr(trainer, "last_metrics", {})
-        summary = {"run_dir": str(settings.run_dir), "steps": result["step"],
-                   "val_top1": val.get("top1"), "val_top5": val.get("top5"), "val_clips": val.get("count"),
-                   "best_val_top1": result["best_top1"], "last_clips_per_s": m.get("perf/clips_per_s"),
-                   "rollbacks": result["rollbacks"], "lr_scale": result["lr_scale"]}
+        summary = {k: v for k, v in trainer.summary(result).items() if k != "history"}   # all of it: <run>/result.json
         print("RESULT " + json.dumps(summary), flush=True)
         if val:
             few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"

@@ -50,7 +50,7 @@ JSON (``ds_config["tsm_ds"]["compression"]``, read by the trainer)::
 Precision and ZeRO:
 
 * ZeRO stage 0 only. ZeRO >= 1 reduce (reduce-scatter) the gradients inside their own optimizer,
-  so there is no all-reduce left to replace: :func:`build_compressor` and :func:`check_ds_config`
+  so there is no all-reduce left to replace: :func:`build_compressor` and :func:`tsm_ds.engine.config.validate_config`
   raise ``ValueError`` saying so.
 * fp32 gradients (fp32 engine, or ``torch_autocast`` which keeps fp32 parameters): compressed in
   fp32. bf16/fp16 engines at ZeRO 0 (DeepSpeed's FP16_Optimizer keeps bf16/fp16 gradients in
@@ -94,45 +94,16 @@ from tsm_ds.engine.onebit import (ChunkLayout, _pack_bits_torch, chunk_scales,  
                                   decode_scaled_sign, pack_signs, quantise_, scaled_sign, unpack_signs)
 
 __all__ = [
-    "REMOVED_DS_OPTIMIZERS", "check_ds_config", "build_compressor", "pack_signs", "unpack_signs",
+    "parse_compression_block", "build_compressor", "pack_signs", "unpack_signs",
     "ChunkLayout", "chunk_scales", "quantise_", "scaled_sign", "decode_scaled_sign", "OneBitCompressor",
 ]
 
-REMOVED_DS_OPTIMIZERS = ("onebitadam", "onebitlamb", "zerooneadam")
 _DEFAULTS = {"type": "onebit", "freeze_step": 100, "chunk_size": 1024}
 _STATE_VERSION = 1
 
 
 # ----------------------------------------------------------------------------------------------
 # configuration
-
-
-def check_ds_config(ds_config: Mapping[str, Any]) -> None:
-    """Reject DeepSpeed configs that cannot work with this DeepSpeed, before ``deepspeed.initialize``.
-
-    Args:
-        ds_config: the engine JSON as a dict.
-
-    Raises:
-        ValueError: ``optimizer.type`` is OneBitAdam / OneBitLamb / ZeroOneAdam (removed from
-            DeepSpeed in 0.19.7; the message points to the ``tsm_ds.compression`` block), or the
-            ``tsm_ds.compression`` block is invalid or combined with ZeRO stage >= 1.
-    """
-    opt_type = str((ds_config.get("optimizer") or {}).get("type", "")).replace("_", "").lower()
-    if opt_type in REMOVED_DS_OPTIMIZERS:
-        raise ValueError(
-            f"optimizer.type {ds_config['optimizer']['type']!r}: DeepSpeed removed its 1-bit optimizers "
-            "(OneBitAdam, OneBitLamb, ZeroOneAdam) in 0.19.7 and we pin 0.19.8. Use a plain optimizer "
-            "(SGD with momentum as the TSM recipe; or Adam / tsm_ds.optimizer Lamb) with ZeRO stage 0 and "
-            "our compressed gradient all-reduce instead: "
-            '"tsm_ds": {"compression": {"type": "onebit", "freeze_step": 100, "chunk_size": 1024}} '
-            "(see tsm_ds/engine/compression.py).")
-    block = (ds_config.get("tsm_ds") or {}).get("compression")
-    cfg = _parse_block(block)
-    if cfg is not None:
-        stage = int((ds_config.get("zero_optimization") or {}).get("stage", 0))
-        if stage >= 1:
-            raise ValueError(_zero_message(stage))
 
 
 def _zero_message(stage: int) -> str:
@@ -142,8 +113,14 @@ def _zero_message(stage: int) -> str:
             'tsm_ds.compression to {"type": "none"}.')
 
 
-def _parse_block(block: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Validated copy of the compression block with defaults filled in; None for "none"/absent."""
+def parse_compression_block(block: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Validated copy of the ``tsm_ds.compression`` block with defaults filled in; None for
+    "none" / absent. Called by :func:`tsm_ds.engine.config.validate_config` (the one validator)
+    and by :func:`build_compressor`.
+
+    Raises:
+        ValueError: not an object, no / unknown ``type``, unknown keys, or bad values (named).
+    """
     if block is None or block == "none":
         return None
     if not isinstance(block, Mapping):
@@ -182,7 +159,7 @@ def build_compressor(cfg_block: Mapping[str, Any] | None, engine: Any = None) ->
     Raises:
         ValueError: invalid block (names the key), or the engine runs ZeRO stage >= 1.
     """
-    cfg = _parse_block(cfg_block)
+    cfg = parse_compression_block(cfg_block)
     if cfg is None:
         return None
     group = None

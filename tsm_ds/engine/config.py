@@ -416,11 +416,12 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
         ConfigError naming the key and the fix: fp16 on CPU; bf16 with BatchNorm but no
         ``data_types.buffer_dtype``; FusedLamb / FusedLion on CPU; the 1-bit optimizers removed
         in DeepSpeed 0.19.7; ZeRO with an optimizer DeepSpeed has not tested and no
-        ``zero_allow_untested_optimizer``; compression with ZeRO or DeepSpeed's bf16 optimizer.
+        ``zero_allow_untested_optimizer``; compression with ZeRO or DeepSpeed's bf16 optimizer,
+        or an invalid ``tsm_ds.compression`` block; no optimizer at all. The only validator: the
+        trainer and the tools call it once per start.
     """
     fp16 = bool(ds_config.get("fp16", {}).get("enabled", False))
     bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))
-    autocast = bool(ds_config.get("torch_autocast", {}).get("enabled", False))
     if fp16 and bf16:
         raise ConfigError("`fp16.enabled` and `bf16.enabled` are both true: enable one")
     if fp16 and device == "cpu":
@@ -433,6 +434,9 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
                           "(expected scalar type BFloat16 but found Float); add "
                           "\"data_types\": {\"buffer_dtype\": \"bf16\"} or use `torch_autocast` instead")
     src, otype, _ = optimizer_kind({**ds_config, "tsm_ds": tsm})
+    if src == "none":
+        raise ConfigError("the engine JSON has no `optimizer` or `tsm_ds.optimizer` block: add one "
+                          "(see ds_configs/cpu_fp32.json)")
     if otype in REMOVED_OPTIMIZERS:
         raise ConfigError(f"optimizer.type = {otype!r}: OneBitAdam/OneBitLamb/ZeroOneAdam were removed from "
                           f"DeepSpeed 0.19.7; use the `tsm_ds.compression` block of the engine JSON, "
@@ -450,13 +454,41 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
             raise ConfigError(f"ZeRO stage {stage} with optimizer {name!r}, which DeepSpeed has not tested with "
                               f"ZeRO: set \"zero_allow_untested_optimizer\": true (it works here, see "
                               f"ds_configs/cpu_zero1.json) or use Adam/AdamW")
-    comp = tsm.get("compression")
-    active = comp and not (isinstance(comp, str) and comp == "none") and not (
-        isinstance(comp, dict) and comp.get("type", "none") == "none")
+    from tsm_ds.engine.compression import parse_compression_block
+    try:
+        active = parse_compression_block(tsm.get("compression")) is not None
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     if active and (stage >= 1 or bf16 or fp16):
         raise ConfigError("`tsm_ds.compression` needs ZeRO stage 0 with fp32 or `torch_autocast` (the "
                           "compressor averages the module's gradients itself); remove `zero_optimization` "
                           "/ `bf16` / `fp16` or the compression block")
+
+
+def provenance() -> dict:
+    """Where a run came from: the git commit of the source checkout (None for an installed package),
+    whether it had uncommitted changes, the Python and package versions."""
+    import platform
+    import subprocess
+    from importlib import metadata
+
+    versions = {}
+    for name in ("tsm_ds", "torch", "torchvision", "deepspeed", "av", "numpy", "timm"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    src = Path(__file__).resolve().parents[2]
+    commit = dirty = None
+    try:
+        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        if commit:
+            dirty = bool(subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                                        capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"git_commit": commit, "git_dirty": dirty, "python": platform.python_version(), "packages": versions}
 
 
 def save_resolved(path: str | Path, record: dict) -> None:

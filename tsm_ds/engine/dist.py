@@ -43,31 +43,46 @@ def set_threads() -> str:
     return f"{cores} cores / {local} local ranks: torch threads {n} (set OMP_NUM_THREADS to override)"
 
 
-def init_distributed_from_env() -> tuple[int, int]:
-    """Join the process group when launched by ``deepspeed`` / ``torchrun`` / mpirun (world size > 1).
+def init_distributed(*, require_group: bool = True) -> tuple[int, int]:
+    """Join the process group: the one distributed set-up of training, evaluation and the benches.
 
-    Uses ``deepspeed.init_distributed`` (gloo on CPU, nccl on CUDA) and pins each rank to its
-    LOCAL_RANK GPU when there are GPUs; on CPU without OMP_NUM_THREADS each rank takes
-    cpu_count // local ranks threads. Returns (rank, world size); (0, 1) for a plain process.
+    Launched by ``deepspeed`` / ``torchrun`` (RANK, WORLD_SIZE, MASTER_* set) or mpirun (OMPI_*:
+    DeepSpeed discovers the ranks through mpi4py), it calls ``deepspeed.init_distributed`` with the
+    accelerator's backend (gloo on CPU, NCCL on CUDA) after pinning the rank to its LOCAL_RANK GPU,
+    and registers the /dev/shm clean-up (:func:`release_cpu_shm_at_exit`). A plain ``python`` run is
+    a world of one: with ``require_group`` (DeepSpeed engines need a group) it gets a one-rank group
+    on 127.0.0.1 and a free port; without, no group. A group made by the caller is used as it is.
+    Threads per rank are :func:`set_threads`'s business (call it first).
+
+    Returns:
+        (rank, world size).
     """
-    # torchrun / deepspeed's pdsh launcher set WORLD_SIZE; --launcher openmpi sets OMPI_* (then
-    # deepspeed.init_distributed discovers ranks through mpi4py)
-    world = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")
-    if world <= 1:
-        return 0, 1
-    if not dist.is_initialized():
-        cuda = torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        elif "OMP_NUM_THREADS" not in os.environ:
-            # ranks sharing a CPU must split its cores (ds_cpu_notes.md: ~10x slower otherwise)
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local)))
-        import deepspeed
-
-        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    if dist.is_initialized():
         release_cpu_shm_at_exit()
+        return dist.get_rank(), dist.get_world_size()
+    world = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")
+    if world <= 1 and not require_group:
+        return 0, 1
+    if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:   # a plain `python` run
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    if acc.device_name() == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    deepspeed.init_distributed(dist_backend=acc.communication_backend_name())
+    release_cpu_shm_at_exit()
     return dist.get_rank(), dist.get_world_size()
+
+
+def device() -> torch.device:
+    """This rank's device: ``cuda:<current>`` on GPUs, else ``cpu`` (DeepSpeed's accelerator decides)."""
+    from deepspeed.accelerator import get_accelerator
+
+    acc = get_accelerator()
+    return torch.device(acc.device_name(), acc.current_device()) if acc.device_name() != "cpu" else torch.device("cpu")
 
 
 _SHM_REGISTERED: set[Path] = set()
@@ -121,3 +136,14 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def hosts() -> list[str]:
+    """The host name of every rank, in rank order (a collective: every rank must call it);
+    ``[this host]`` without a process group."""
+    name = socket.gethostname()
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [name]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, name)
+    return [str(h) for h in out]

@@ -1,11 +1,12 @@
-"""What the trainer is told (:class:`TrainSettings`) and the resumable sampler it feeds from.
+"""What the trainer is told (:class:`TrainSettings`), the resumable sampler it feeds from and the
+per-step statistics it sums over ranks (:class:`StepStats`).
 
 Kept apart from :mod:`tsm_ds.engine.trainer` (the loop) so that both stay short; the trainer
 re-exports both names.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -13,7 +14,7 @@ from torch.utils.data import DistributedSampler
 
 from tsm_ds.engine.guard import GuardSettings
 
-__all__ = ["ResumableDistributedSampler", "TrainSettings"]
+__all__ = ["ResumableDistributedSampler", "StepStats", "TrainSettings", "run_summary"]
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -86,3 +87,54 @@ class TrainSettings:
         if not 0.0 < self.rollback_lr_factor < 1.0 or self.max_rollbacks < 0:
             raise ValueError(f"rollback needs 0 < rollback_lr_factor < 1 and max_rollbacks >= 0, got "
                              f"{self.rollback_lr_factor} and {self.max_rollbacks}")
+
+
+@dataclass
+class StepStats:
+    """One rank's sums over an optimizer step's micro-batches (summed over ranks for the log).
+
+    Attributes:
+        loss_sum: sum of per-clip cross-entropy losses; clips: clips seen (float, for the sums).
+        correct1, correct5: clips whose label is the top-1 / among the top-5 logits.
+        bad_videos: unreadable files the loader replaced.
+        data_s, compute_s, comm_s: seconds waiting for data, in forward/backward/step, in the
+            gradient all-reduce (the paper's three bottlenecks).
+    """
+
+    loss_sum: float = 0.0
+    clips: float = 0.0
+    correct1: float = 0.0
+    correct5: float = 0.0
+    bad_videos: float = 0.0
+    data_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+
+    def as_list(self) -> list[float]:
+        """The fields in order, for one all-reduce."""
+        return [float(v) for v in astuple(self)]
+
+    @classmethod
+    def from_list(cls, values: list[float]) -> "StepStats":
+        """Inverse of :meth:`as_list` (e.g. after the all-reduce)."""
+        if len(values) != len(fields(cls)):
+            raise ValueError(f"StepStats needs {len(fields(cls))} values, got {len(values)}")
+        return cls(*values)
+
+
+def run_summary(result: dict, run_dir: str | Path, last_metrics: dict) -> dict:
+    """One flat dict of a finished run (``<run>/result.json``, the ``RESULT`` line of train.py).
+
+    Args:
+        result: :meth:`Trainer.fit`'s return value; run_dir: the run folder;
+        last_metrics: the last step's logged scalars (for ``perf/clips_per_s``).
+
+    Returns:
+        run_dir, steps, val_top1 / val_top5 / val_clips (None without validation), best_val_top1,
+        last_clips_per_s, rollbacks, lr_scale, history (per-epoch validation records).
+    """
+    val = result.get("val") or {}
+    return {"run_dir": str(run_dir), "steps": result["step"], "val_top1": val.get("top1"),
+            "val_top5": val.get("top5"), "val_clips": val.get("count"), "best_val_top1": result["best_top1"],
+            "last_clips_per_s": last_metrics.get("perf/clips_per_s"), "rollbacks": result["rollbacks"],
+            "lr_scale": result["lr_scale"], "history": result["history"]}

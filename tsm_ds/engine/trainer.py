@@ -15,14 +15,12 @@ deterministic under (seed, epoch, index) and the DataLoader's worker seeds from 
 per epoch (not the global RNG), so a run resumed from a mid-epoch checkpoint continues with the
 same batches and the same dropout draws as an uninterrupted one.
 
-Run guards (:mod:`tsm_ds.engine.guard`): each step's loss (and gradient norm, where the trainer
-reduces the gradient) is checked before the update, the same on every rank; a diverged step is not
-applied and the run stops (``DivergenceError``) or rolls back to the last good checkpoint with
-lower lrs. Weights are checked before every save and export; a failed save stops the run with the
-previous checkpoint intact; ``--resume auto`` skips damaged checkpoints.
+Run guards (:mod:`tsm_ds.engine.guard`): a diverged step is not applied; the run stops or rolls
+back to the last good checkpoint with lower lrs; nothing non-finite is saved or exported.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -36,22 +34,20 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tsm_ds.engine import config as cfgmod
-from tsm_ds.engine.dist import release_cpu_shm_at_exit
-from tsm_ds.engine.checkpoint import CheckpointManager, export_model, rng_state, set_rng_state, tag_for_step
+from tsm_ds.engine.dist import device, hosts, init_distributed
+from tsm_ds.engine.checkpoint import (CheckpointManager, CheckpointSaveError, export_model, rng_state, set_rng_state,
+                                      tag_for_step)
 from tsm_ds.engine.evaluate import gather_predictions, sync_batchnorm_stats, topk_accuracy
 from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, EngineGuard
 from tsm_ds.engine.monitor import ScalarWriter
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
-from tsm_ds.engine.settings import ResumableDistributedSampler, TrainSettings
+from tsm_ds.engine.settings import ResumableDistributedSampler, StepStats, TrainSettings, run_summary
+from tsm_ds.models.groups import parameter_groups
+from tsm_ds.utils.io import atomic_write_text
 
 __all__ = ["ResumableDistributedSampler", "TrainSettings", "Trainer"]   # the first two from .settings
 
 log = logging.getLogger("tsm_ds.train")
-
-
-def _default_param_groups(model, weight_decay):
-    from tsm_ds.models import parameter_groups
-    return parameter_groups(model, weight_decay=weight_decay)
 
 
 def _has_batchnorm(model) -> bool:
@@ -87,66 +83,51 @@ class Trainer:
         self.train_set, self.val_set = train_set, val_set
         self.raw = engine_json
         self.s = settings
-        self.param_groups = param_groups or _default_param_groups
-        self.engine = None
-        self.global_step = 0
-        self.best_top1 = -1.0
-        self.best_tag = None
+        self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd))
+        self.engine, self.global_step, self.best_top1, self.best_tag = None, 0, -1.0, None
         self.history: list[dict] = []
         self._bad_videos = 0  # unreadable files replaced by the loader, all ranks, whole run
         self.lr_scale = 1.0   # product of the rollback lr factors so far (1: none)
         self.rollbacks = 0
         self.guard: EngineGuard | None = None
+        self.resolve_count = 0   # engine-JSON resolutions of this start (one, unless the world size changed)
 
     # ------------------------------------------------------------------ setup
     def _init_distributed(self):
-        import deepspeed
-        from deepspeed.accelerator import get_accelerator
-        acc = get_accelerator()
-        if not dist.is_initialized():
-            if "RANK" not in os.environ:  # a plain `python` run: a world of one
-                os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-                os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-            deepspeed.init_distributed(dist_backend=acc.communication_backend_name())
-        release_cpu_shm_at_exit()   # also when torch.distributed was initialised by the caller
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.device_name = acc.device_name()
-        self.device = torch.device(acc.device_name(), acc.current_device()) if self.device_name != "cpu" \
-            else torch.device("cpu")
+        self.rank, self.world = init_distributed()
+        self.device = device()
+        self.device_name = self.device.type
 
-    def _precheck(self):
-        """Resolve and validate the engine JSON before DeepSpeed starts its communication backend
-        (which may JIT-compile ops for minutes), so that a recipe that cannot work on this device
-        stops at once. The world size comes from the launcher's WORLD_SIZE. Raises ConfigError."""
-        from deepspeed.accelerator import get_accelerator
-        world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    def _resolve(self, world: int, device: str) -> None:
+        """Resolve (``"auto"`` values) and validate the engine JSON for ``world`` ranks: the one
+        config pass of a start (``self.resolve_count`` counts them). Raises ConfigError."""
         probe = [g for g in self.param_groups(self.model, 0.0) if len(list(g["params"]))]
-        ds_cfg, tsm, _, _ = cfgmod.resolve_config(
+        self.resolved = cfgmod.resolve_config(
             self.raw, world_size=world, train_samples=len(self.train_set), epochs=self.s.epochs,
             max_steps=self.s.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe], flags=self.s.flags)
-        cfgmod.validate_config(ds_cfg, tsm, device=get_accelerator().device_name(),
+        cfgmod.validate_config(self.resolved[0], self.resolved[1], device=device,
                                has_batchnorm=_has_batchnorm(self.model))
+        self.resolved_world = world
+        self.resolve_count += 1
 
     def setup(self):
         """Resolve and validate the engine JSON, build the engine, loaders, checkpoints, writer."""
         import deepspeed
+        from deepspeed.accelerator import get_accelerator
         from deepspeed.runtime.base_optimizer import ZeROOptimizer
-        self._precheck()
+        # before DeepSpeed starts its communication backend (which may JIT-compile ops for minutes):
+        # a recipe that cannot work on this device stops at once; the world size is the launcher's
+        self._resolve(dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1")),
+                      get_accelerator().device_name())
         self._init_distributed()
         s = self.s
         s.run_dir = Path(s.run_dir)
         if self.rank == 0:
             s.run_dir.mkdir(parents=True, exist_ok=True)
-        probe = [g for g in self.param_groups(self.model, 0.0) if len(list(g["params"]))]
-        mults = [float(g.get("lr_mult", 1.0)) for g in probe]
-        ds_cfg, tsm, filled, spe = cfgmod.resolve_config(
-            self.raw, world_size=self.world, train_samples=len(self.train_set), epochs=s.epochs,
-            max_steps=s.max_steps, lr_mults=mults, flags=s.flags)
-        cfgmod.validate_config(ds_cfg, tsm, device=self.device_name, has_batchnorm=_has_batchnorm(self.model))
+        if self.resolved_world != self.world:   # WORLD_SIZE unset (e.g. an MPI launch): the real world size
+            self._resolve(self.world, self.device_name)
+        ds_cfg, tsm, filled, spe = self.resolved
         src, otype, oblock = cfgmod.optimizer_kind({**ds_cfg, "tsm_ds": tsm})
-        if src == "none":
-            raise cfgmod.ConfigError("the engine JSON has no `optimizer` or `tsm_ds.optimizer` block: add one "
-                                     "(see ds_configs/cpu_fp32.json)")
         tb_dir = s.run_dir / "tensorboard"
         for mon in ("tensorboard", "csv_monitor"):
             if isinstance(ds_cfg.get(mon), dict) and ds_cfg[mon].get("output_path") == cfgmod.AUTO:
@@ -198,6 +179,7 @@ class Trainer:
         self.guard = EngineGuard(eng, DivergenceGuard(s.guard, num_classes), manual_comm=self.manual_comm,
                                  reduce=self._reduce, last_good=self._last_good)
 
+        run_hosts = hosts()   # a collective: every rank
         if self.rank == 0:
             for k, v in filled.items():
                 log.info("engine JSON auto: %s = %s", k, v)
@@ -213,7 +195,7 @@ class Trainer:
                                         "weight_decay": g.get("weight_decay")}
                                        for n, g in zip(self.group_names, groups)],
                       "class_names": list(s.class_names), "torch_threads": torch.get_num_threads(),
-                      "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}}
+                      "provenance": {**cfgmod.provenance(), "hosts": run_hosts}}
             name = "config.json"
             if s.resume and (s.run_dir / name).is_file():  # keep the first run's record
                 name = f"config.resumed-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -332,6 +314,21 @@ class Trainer:
         self.writer.scalars({"train/rollbacks": count, "train/lr_scale": scale}, self.global_step)
         return epoch, micro
 
+    def summary(self, result: dict) -> dict:
+        """The run's result in one flat dict (what ``<run>/result.json`` and the ``RESULT`` line hold)."""
+        return run_summary(result, self.s.run_dir, getattr(self, "last_metrics", {}))
+
+    def _write_result(self, status: str, fields: dict) -> None:
+        """``<run>/result.json`` (rank 0): ``{"status": completed | diverged | save_failed, ...}``,
+        written for every run that got past set-up, so that tools read a file, not the log."""
+        if self.rank != 0:
+            return
+        try:
+            atomic_write_text(self.s.run_dir / "result.json",
+                              json.dumps({"status": status, **fields}, indent=2, default=str) + "\n")
+        except OSError as e:   # e.g. the disk that failed the checkpoint: the log still says it all
+            log.error("could not write %s: %s", self.s.run_dir / "result.json", e)
+
     def fit(self) -> dict:
         """Train; returns ``{"step", "epoch", "val": last validation, "best_top1", "history",
         "rollbacks", "lr_scale"}``. Raises DivergenceError / CheckpointSaveError (see the class)."""
@@ -346,7 +343,9 @@ class Trainer:
         try:
             while True:
                 try:
-                    return self._run(start_epoch, skip_micro)
+                    result = self._run(start_epoch, skip_micro)
+                    self._write_result("completed", self.summary(result))
+                    return result
                 except DivergenceError as e:
                     if (self.s.on_divergence != "rollback" or self.rollbacks >= self.s.max_rollbacks
                             or self.ckpt.latest_tag() is None):
@@ -356,6 +355,14 @@ class Trainer:
                         raise
                     start_epoch, skip_micro = self._rollback(e)
                     self.bar.n = self.global_step
+        except DivergenceError as e:
+            self._write_result("diverged", {"step": e.step, "reason": e.reason, "loss": e.loss,
+                                            "grad_norm": e.grad_norm, "lrs": e.lrs, "last_good": e.last_good,
+                                            "report": e.describe()})
+            raise
+        except CheckpointSaveError as e:
+            self._write_result("save_failed", {"error": str(e)})
+            raise
         finally:
             self.bar.close()
             self.writer.close()
@@ -370,7 +377,7 @@ class Trainer:
         params = [p for p in eng.module.parameters() if p.requires_grad]
         bad_total, val, epoch, micro_i = self._bad_videos, {}, start_epoch, skip_micro
         t_step = time.perf_counter()
-        acc = [0.0] * 8  # loss_sum, n, correct1, correct5, bad, data_s, compute_s, comm_s
+        acc = StepStats()   # this rank's sums over the step's micro-batches
         for epoch in range(start_epoch, s.epochs):
             if self.global_step >= self.total_steps:
                 break
@@ -403,11 +410,11 @@ class Trainer:
                         eng.allreduce_gradients()
                 t3 = time.perf_counter()
                 n = label.numel()
-                acc[0] += float(loss.detach()) * n
-                acc[1] += n
+                acc.loss_sum += float(loss.detach()) * n
+                acc.clips += n
                 if boundary:
                     step_lrs = self._current_lrs()   # the lrs this update uses (the schedule steps inside)
-                    self.guard.before_update(acc[0], acc[1], params, step=self.global_step + 1, lrs=step_lrs)
+                    self.guard.before_update(acc.loss_sum, acc.clips, params, step=self.global_step + 1, lrs=step_lrs)
                     self.guard.scaled_step(self.lr_scale)
                     self.guard.after_update(step=self.global_step + 1, lrs=step_lrs)
                 else:
@@ -416,23 +423,25 @@ class Trainer:
                 with torch.no_grad():
                     top = logits.float().topk(min(5, logits.shape[1]), dim=1).indices
                     hit = top == label.view(-1, 1)
-                nb = int(torch.as_tensor(batch.get("bad", 0)).sum())
-                for j, v in enumerate((float(hit[:, :1].any(1).sum()), float(hit.any(1).sum()),
-                                       nb, t1 - t0, (t2 - t1) + (t4 - t3), t3 - t2), start=2):
-                    acc[j] += v
+                acc.correct1 += float(hit[:, :1].any(1).sum())
+                acc.correct5 += float(hit.any(1).sum())
+                acc.bad_videos += int(torch.as_tensor(batch.get("bad", 0)).sum())
+                acc.data_s += t1 - t0
+                acc.compute_s += (t2 - t1) + (t4 - t3)
+                acc.comm_s += t3 - t2
                 micro_i += 1
                 if not boundary:
                     continue
                 self.global_step += 1
-                r = self._reduce(acc)
-                acc = [0.0] * 8
+                r = StepStats.from_list(self._reduce(acc.as_list()))   # sums over ranks
+                acc = StepStats()
                 now = time.perf_counter()
-                bad_total += int(r[4])
+                bad_total += int(r.bad_videos)
                 self._bad_videos = bad_total
-                metrics = {"train/loss": r[0] / r[1], "train/top1": 100 * r[2] / r[1], "train/top5": 100 * r[3] / r[1],
-                           "perf/clips_per_s": r[1] / max(now - t_step, 1e-9),
-                           "time/data_wait_s": r[5] / self.world, "time/compute_s": r[6] / self.world,
-                           "time/comm_s": r[7] / self.world if self.manual_comm else None,
+                metrics = {"train/loss": r.loss_sum / r.clips, "train/top1": 100 * r.correct1 / r.clips,
+                           "train/top5": 100 * r.correct5 / r.clips, "perf/clips_per_s": r.clips / max(now - t_step, 1e-9),
+                           "time/data_wait_s": r.data_s / self.world, "time/compute_s": r.compute_s / self.world,
+                           "time/comm_s": r.comm_s / self.world if self.manual_comm else None,
                            "train/skipped_steps": eng.skipped_steps, "data/bad_videos": bad_total,
                            "train/grad_norm": self.guard.grad_norm}
                 t_step = now

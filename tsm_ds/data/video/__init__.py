@@ -21,12 +21,12 @@ from .decode import (DecodeStats, decode_all_frames, decode_frames, iter_decoded
 from .errors import NoVideoStreamError, VideoDecodeError, VideoError, VideoOpenError, warn_once
 from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder
 from .index import (VideoIndex, build_index, clear_index_cache, count_frames, get_index, open_video,
-                    set_index_cache_dir, video_stream)
+                    set_index_cache_dir, set_index_cache_size, video_stream)
 
 __all__ = [
     "VideoError", "VideoOpenError", "NoVideoStreamError", "VideoDecodeError", "warn_once",
     "FRAME_TEMPLATE", "is_frame_folder", "frame_folder_count", "read_frame_folder",
-    "VideoIndex", "build_index", "get_index", "count_frames", "set_index_cache_dir",
+    "VideoIndex", "build_index", "get_index", "count_frames", "set_index_cache_dir", "set_index_cache_size",
     "clear_index_cache", "open_video", "video_stream",
     "DecodeStats", "decode_frames", "decode_all_frames", "iter_frames", "iter_decoded", "to_rgb",
     "rotate",

@@ -13,9 +13,8 @@ How a clip is decoded (:func:`decode_frames`):
    sequentially from the start, counting frames as the decoder outputs them (presentation order).
    The same happens, with a one-time warning, when the decoder's output pts ever go backwards.
 
-Every sequential pass in this package (the sequential part of :func:`decode_frames`,
-:func:`decode_all_frames`, :func:`iter_frames`, and the callers outside it: streaming inference,
-the decoding benchmark) runs through one loop, :func:`iter_decoded`.
+Every sequential pass (in :func:`decode_frames`, :func:`decode_all_frames`, :func:`iter_frames`,
+streaming inference, the decoding benchmark) runs through one loop, :func:`iter_decoded`.
 
 Frames the stream does not deliver (a decode error part-way, or the packet count exceeding the
 decodable frames, e.g. DivX "packed B-frame" placeholder packets) are replaced by the last frame
@@ -304,10 +303,8 @@ def _last(got: dict, i: int, frame, size):
     return (i, got[i] if i in got else to_rgb(frame, size))
 
 
-#: decoders whose ``skip_frame = "NONREF"`` drops only frames that no other frame references, so
-#: skipping the packets nobody asked for changes no returned frame (checked frame for frame against
-#: full decodes of every file in ../shared/data). libdav1d (AV1) is not among them: with it, single
-#: frames 16, 34, 50, ... of an AV1 file came back wrong; other decoders decode every packet.
+#: decoders whose ``skip_frame = "NONREF"`` drops only unreferenced frames (checked against full
+#: decodes of ../shared/data; libdav1d returned wrong AV1 frames): the others decode every packet
 NONREF_EXACT_DECODERS = frozenset({"h264", "hevc", "mpeg4", "mpeg2video", "mpeg1video"})
 
 

@@ -30,7 +30,7 @@ from .errors import NoVideoStreamError, VideoDecodeError, VideoOpenError, warn_o
 from .frames import frame_folder_count, is_frame_folder
 
 __all__ = ["VideoIndex", "build_index", "get_index", "count_frames", "set_index_cache_dir",
-           "clear_index_cache", "open_video", "video_stream", "INDEX_CACHE_SIZE"]
+           "clear_index_cache", "set_index_cache_size", "open_video", "video_stream", "INDEX_CACHE_SIZE"]
 
 _NO_PTS = np.iinfo(np.int64).min
 
@@ -115,6 +115,21 @@ def set_index_cache_dir(path: str | os.PathLike | None) -> None:
     """
     global _index_cache_dir
     _index_cache_dir = None if path is None else str(path)
+
+
+def set_index_cache_size(entries: int) -> None:
+    """Keep at most ``entries`` frame indexes in this process (default 8192, or the environment
+    variable ``TSM_DS_INDEX_CACHE_SIZE``); the least recently used are dropped first.
+
+    Raises:
+        ValueError: ``entries`` < 1.
+    """
+    global INDEX_CACHE_SIZE
+    if int(entries) < 1:
+        raise ValueError(f"index cache size must be >= 1 entry, got {entries}")
+    INDEX_CACHE_SIZE = int(entries)
+    while len(_index_cache) > INDEX_CACHE_SIZE:
+        _index_cache.popitem(last=False)
 
 
 def clear_index_cache() -> None:
