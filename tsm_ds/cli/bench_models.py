@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: "
                    "torch's). On a shared CPU use 1: busy-waiting OpenMP threads that lose their "
                    "core made a 2-thread ResNet-50 step 4-9x slower than 1 thread here")
-    p.add_argument("--out", default="bench_out", help="output directory")
+    p.add_argument("--out-dir", "--out", dest="out", default="bench_out", help="output directory")
     p.add_argument("--quick", action="store_true",
                    help="reduced size for a CPU (~2-3 min): 112 px zoo, batch 1, 8-frame video "
                         "models, shift overhead at 112 and 224 px with batch 1 (5 reps), model "
