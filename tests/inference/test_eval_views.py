@@ -39,16 +39,18 @@ def test_protocols_count_views_and_pick_official_sampling():
     twice = views.view_protocol(2, 1)
     assert twice.num_views == 2 and twice.sampling == "tsn" and twice.twice_sample
     assert twice.dataset_kwargs() == {"mode": "test", "sampling": "tsn", "num_clips": 2, "num_crops": 1,
-                                      "twice_sample": True}
+                                      "full_res": False, "resize": "box", "twice_sample": True}
     dense = views.view_protocol(10, 3)
     assert (dense.num_views, dense.sampling) == (30, "dense")
-    assert dense.dataset_kwargs() == {"mode": "test", "sampling": "dense", "num_clips": 10, "num_crops": 3}
+    # --num-crops 3 without --full-res keeps its pre-issue-18 meaning: full resolution
+    assert dense.dataset_kwargs() == {"mode": "test", "sampling": "dense", "num_clips": 10, "num_crops": 3,
+                                      "full_res": True, "resize": "box"}
     assert views.view_protocol(1, 10).num_views == 10
     assert "30 views" in dense.describe()
     with pytest.raises(ValueError, match="num_clips=4"):
         views.view_protocol(4, 1)
-    with pytest.raises(ValueError, match="num_crops=5"):
-        views.view_protocol(1, 5)
+    with pytest.raises(ValueError, match="num_crops=4"):  # 5 is an official count since issue 18
+        views.view_protocol(1, 4)
 
 
 def test_average_views_logits_and_prob_by_hand():

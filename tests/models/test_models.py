@@ -16,9 +16,9 @@ def _seed():
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet34", "resnet50", "resnet101", "mobilenet_v2",
-                                  "i3d_resnet50"])
+                                  "i3d_resnet50", "i3d_resnet50_release"])
 def test_output_shape_every_arch(arch):
-    shift = None if arch == "i3d_resnet50" else "bidirectional"
+    shift = None if arch.startswith("i3d") else "bidirectional"
     model = build_model(arch, 5, num_segments=4, shift=shift).eval()
     with torch.no_grad():
         out = model(torch.randn(2, 4, 3, 32, 32))
@@ -136,6 +136,14 @@ def test_partial_bn_freezes_all_but_first():
     assert all(not b.training and not b.weight.requires_grad for b in bns[1:])
     groups = {g["name"]: g for g in parameter_groups(m)}
     assert len(groups["bn"]["params"]) == 2
+
+
+def test_complexity_table_i3d_rows():
+    from tsm_ds.models.complexity import TABLE_MODELS
+
+    i3d = [(label, kw["arch"], t) for label, kw, t in TABLE_MODELS if kw["arch"].startswith("i3d")]
+    assert i3d == [("I3D-ResNet50 (non-local paper / mmaction2) 32f", "i3d_resnet50", 32),
+                   ("I3D-ResNet50 (released non-local code) 32f", "i3d_resnet50_release", 32)]
 
 
 def test_complexity_tsm_resnet50_paper_numbers():

@@ -5,9 +5,11 @@ repeated in an interleaved order - rep 1 of every model, then rep 2, ... - and m
 are reported, never single timings):
 
 1. Model zoo: training step (forward + backward + SGD step) and inference (no-grad forward)
-   clips/s for TSM-R50, TSN-R50, I3D-R50 (8 and 32 frames) and torchvision's r2plus1d_18, r3d_18
-   and s3d, all at the same batch and image size; parameters, multiply-adds and FLOPs per clip;
-   gradient bytes per step (= all-reduce payload) in fp32 / fp16 / bf16; ratios to TSM.
+   clips/s for TSM-R50, TSN-R50, I3D-R50 at 32 frames in both reference layouts (``I3D-R50-32f``:
+   non-local paper / mmaction2; ``I3D-R50-32f-release``: released non-local code) and
+   torchvision's r2plus1d_18, r3d_18 and s3d, all at the same batch and image size; parameters,
+   multiply-adds and FLOPs per clip; gradient bytes per step (= all-reduce payload) in fp32 /
+   fp16 / bf16; ratios to TSM.
 2. Shift overhead: TSM (fused in-place shift, the default), TSM with the official out-of-place
    shift, and TSN, ResNet-50 training steps at each ``--shift-sizes`` (default 112 and 224 px):
    the TSM/TSN step-time ratio (goal <= 1.03).
@@ -65,17 +67,22 @@ def _video_model(name: str, num_classes: int) -> nn.Module:
 
 def build_zoo(num_classes: int, frames: int, video_frames: int
               ) -> list[tuple[str, Callable[[], nn.Module], int]]:
-    """(label, factory, frames per clip) for every benchmarked model."""
+    """(label, factory, frames per clip) for every benchmarked model.
+
+    The I3D rows are the two reference layouts at 32 frames (:mod:`tsm_ds.models.i3d`):
+    ``I3D-R50-32f`` = the non-local paper's / mmaction2's ``i3d_r50`` (33.1 GMACs at 224 px),
+    ``I3D-R50-32f-release`` = the released video-nonlocal-net code (113.6 GMACs).
+    """
     from tsm_ds.models import build_model
 
     return [
         ("TSM-R50", lambda: build_model("resnet50", num_classes, num_segments=frames), frames),
         ("TSN-R50", lambda: build_model("resnet50", num_classes, num_segments=frames, shift=None),
          frames),
-        ("I3D-R50-8f", lambda: build_model("i3d_resnet50", num_classes, num_segments=8, shift=None),
-         8),
         ("I3D-R50-32f", lambda: build_model("i3d_resnet50", num_classes, num_segments=32,
                                             shift=None), 32),
+        ("I3D-R50-32f-release", lambda: build_model("i3d_resnet50_release", num_classes,
+                                                    num_segments=32, shift=None), 32),
         ("r2plus1d_18", lambda: _video_model("r2plus1d_18", num_classes), video_frames),
         ("r3d_18", lambda: _video_model("r3d_18", num_classes), video_frames),
         ("s3d", lambda: _video_model("s3d", num_classes), video_frames),

@@ -8,10 +8,25 @@ from tsm_ds.inference.loading import LoadedModel, checkpoint_overrides, load_for
 
 
 def add_official_args(p: argparse.ArgumentParser) -> None:
-    """``--arch`` / ``--num-classes`` for official checkpoints whose file name no longer carries them."""
-    g = p.add_argument_group("official checkpoints renamed from TSM_<dataset>_RGB_<arch>_shift8_..._segment8_e50.pth")
+    """The TSN options of a checkpoint whose file does not record them (an official file renamed,
+    e.g. ``main.py``'s ``ckpt.best.pth.tar``), or to change those of any checkpoint:
+    ``--arch``, ``--num-classes``, ``--shift {bidirectional,online,none}``, ``--shift-div``,
+    ``--shift-place``, ``--temporal-pool`` / ``--no-temporal-pool``, ``--dropout`` (all default None
+    = "as the checkpoint says"; ``--num-segments`` is the command's own flag). Read back with
+    :func:`tsm_ds.inference.loading.checkpoint_overrides`.
+    """
+    g = p.add_argument_group("checkpoint options (default: what the checkpoint or its official file name says; "
+                             "needed for official files renamed, e.g. ckpt.best.pth.tar)")
     g.add_argument("--arch", default=None, help="backbone (resnet50, mobilenet_v2, ...)")
-    g.add_argument("--num-classes", type=int, default=None, help="classes of the checkpoint's head")
+    g.add_argument("--num-classes", type=int, default=None,
+                   help="classes of the checkpoint's head (default for official files: its classifier's rows)")
+    g.add_argument("--shift", default=None, choices=["bidirectional", "online", "none"],
+                   help="temporal shift (none = TSN)")
+    g.add_argument("--shift-div", type=int, default=None, help="1/shift_div of the channels move per direction")
+    g.add_argument("--shift-place", default=None, choices=["blockres", "block"])
+    g.add_argument("--temporal-pool", action=argparse.BooleanOptionalAction, default=None,
+                   help="temporal max pooling before layer2 (ResNets)")
+    g.add_argument("--dropout", type=float, default=None, help="dropout before the head (no effect at eval)")
 
 
 def load_from_args(args: argparse.Namespace, prog: str) -> LoadedModel | None:

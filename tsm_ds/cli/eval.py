@@ -3,7 +3,7 @@
 One process::
 
     tsm-ds eval --checkpoint runs/x/best_model.pt --data ../shared/data --split val \\
-        --num-clips 10 --num-crops 3 --out results/x
+        --num-clips 10 --num-crops 3 --full-res --out results/x
     tsm-ds eval --checkpoint runs/x/best_model.pt --out results/x   # the run's own validation clips
 
 Data: ``--data DIR`` is resolved exactly as training resolves it (:func:`tsm_ds.data.splits.resolve_split`:
@@ -62,8 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     v = p.add_argument_group("test protocol")
     v.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
                    help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
-    v.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 10],
-                   help="crops per clip: 1 centre, 3 full-res, 10 corners+centre+flips (default 1)")
+    v.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 5, 10],
+                   help="crops per clip, as the official --test_crops: 1 centre, 3 left/right/centre, "
+                        "5 corners+centre, 10 corners+centre+flips (default 1). Deprecated: 3 without "
+                        "--full-res/--no-full-res still means full-res 3 crops (the old meaning)")
+    v.add_argument("--full-res", action=argparse.BooleanOptionalAction, default=None,
+                   help="crops of side scale_size (256 for 224) instead of --img-size, as the official "
+                        "--full_res; works with every --num-crops (default: off, on for --num-crops 3)")
+    v.add_argument("--resize", choices=["box", "official"], default="box",
+                   help="val/test scaling: box (default: one resized crop per view, faster) or official "
+                        "(short side to scale_size with bilinear on uint8, then crop, as GroupScale + "
+                        "GroupCenterCrop; frames decoded at full size)")
     v.add_argument("--sampling", choices=["tsn", "dense"], default=None,
                    help="override the protocol's sampling (default: dense for 10 clips, else tsn)")
     v.add_argument("--num-segments", type=int, default=None, help="T (default: the checkpoint's)")
@@ -85,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``tsm-ds eval``; returns 0 on success, 2 on bad arguments/checkpoint/data (message on stderr)."""
     args = build_parser().parse_args(argv)
+    from tsm_ds.inference.views import legacy_note
+
+    if legacy_note(args.num_crops, args.full_res):
+        print(f"note: {legacy_note(args.num_crops, args.full_res)}", file=sys.stderr)
     from tsm_ds.engine.dist import set_threads
     from tsm_ds.inference.evaluate import evaluate
 

@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-classes", type=int, default=400, help="classes of the fc head (400)")
     p.add_argument("--img-size", type=int, default=224, help="frame height = width in pixels")
     p.add_argument("--num-segments", type=int, default=None,
-                   help="frames per clip for every row (default: 8; 32 for the I3D-32f row)")
+                   help="frames per clip for every row (default: 8; 32 for the two I3D rows)")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     return p
 

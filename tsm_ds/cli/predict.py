@@ -28,8 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--img-size", type=int, default=None, help="crop size, pixels (default: the size the checkpoint was trained at, else 224)")
     p.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
                    help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
-    p.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 10],
-                   help="crops per clip: 1 centre, 3 full-res, 10 (default 1)")
+    p.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 5, 10],
+                   help="crops per clip, as the official --test_crops: 1 centre, 3 left/right/centre, "
+                        "5 corners+centre, 10 corners+centre+flips (default 1). Deprecated: 3 without "
+                        "--full-res/--no-full-res still means full-res 3 crops (the old meaning)")
+    p.add_argument("--full-res", action=argparse.BooleanOptionalAction, default=None,
+                   help="crops of side scale_size (256 for 224) instead of --img-size, as the official "
+                        "--full_res; works with every --num-crops (default: off, on for --num-crops 3)")
+    p.add_argument("--resize", choices=["box", "official"], default="box",
+                   help="scaling: box (default: one resized crop per view, faster) or official (short "
+                        "side to scale_size with bilinear on uint8, then crop; frames decoded at full size)")
     p.add_argument("--average", choices=["logits", "prob"], default="logits",
                    help="view averaging (default logits, as the official test code)")
     p.add_argument("--online", action="store_true",
@@ -46,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``tsm-ds predict``; exit status 0, 1 when some video could not be read, 2 on a bad checkpoint."""
     args = build_parser().parse_args(argv)
+    from tsm_ds.inference.views import legacy_note
+
+    if not args.online and legacy_note(args.num_crops, args.full_res):
+        print(f"note: {legacy_note(args.num_crops, args.full_res)}", file=sys.stderr)
     loaded = load_from_args(args, "tsm-ds predict")
     if loaded is None:
         return 2
@@ -71,7 +83,7 @@ def main(argv: list[str]) -> int:
             else:
                 probs = predict_clip(model, path, num_segments=num_segments, img_size=args.img_size,
                                      num_clips=args.num_clips, num_crops=args.num_crops,
-                                     average=args.average)
+                                     average=args.average, full_res=args.full_res, resize=args.resize)
                 best = topk(probs, names, args.top_k)
                 results[path] = {"top": best}
         except UnreadableVideo as e:

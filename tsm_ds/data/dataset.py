@@ -41,12 +41,16 @@ class VideoClipDataset(Dataset):
         num_segments: T, frames per clip.
         mode: "train" (random segment frames, multi-scale crop, flip), "val" (segment centres,
             centre crop) or "test" (num_clips x num_crops views).
-        img_size: S, output side (test with num_crops=3 gives scale_size = S * 256 // 224).
+        img_size: S, output side (test with full_res gives scale_size = S * 256 // 224).
         sampling: "tsn" (one frame per segment) or "dense" (I3D window of ``dense_window`` frames
             with stride dense_window // T).
         flip: random horizontal flip in training.
         seed: base seed; with :meth:`set_epoch` and the index it seeds every random choice.
-        num_clips, num_crops: test views; twice_sample: official 2-clip test sampling.
+        num_clips, num_crops: test views (crops 1, 3, 5, 10); twice_sample: official 2-clip
+            test sampling.
+        full_res: test crops of side scale_size (official ``--full_res``); None: for 3 crops
+            only (the pre-issue-18 meaning). resize: "box" or "official" (val/test scaling; see
+            :class:`~tsm_ds.data.transforms.ClipTransform`).
         max_replacements: bad files tolerated in a row for one item before RuntimeError.
         thread_count: decoder threads per item (1: right for DataLoader workers).
         train_short_side, scale_size: see :class:`~tsm_ds.data.transforms.ClipTransform`.
@@ -54,7 +58,8 @@ class VideoClipDataset(Dataset):
             RGB (:func:`~tsm_ds.data.video.decode_frames` ``short_side``); "auto": the short side
             the transform works at (train_short_side in training, scale_size otherwise), which
             is what the official pipeline gets from frames extracted at that size; None: decode
-            at full resolution.
+            at full resolution. With ``resize="official"`` (val/test), "auto" decodes at full
+            resolution so that the whole-frame bilinear scaling does all the resizing.
 
     Raises ValueError for an empty record list or bad options.
     """
@@ -62,15 +67,15 @@ class VideoClipDataset(Dataset):
     def __init__(self, records: Sequence[VideoRecord], *, num_segments: int = 8,
                  mode: str = "train", img_size: int = 224, sampling: str = "tsn",
                  flip: bool = True, seed: int = 0, num_clips: int = 1, num_crops: int = 1,
-                 twice_sample: bool = False, dense_window: int = 64, max_replacements: int = 20,
+                 full_res: bool | None = None, resize: str = "box", twice_sample: bool = False, dense_window: int = 64, max_replacements: int = 20,
                  thread_count: int = 1, train_short_side: int | None | str = "auto",
                  scale_size: int | None = None, decode_short_side: int | None | str = "auto"):
         if not records:
             raise ValueError("VideoClipDataset: no records")
         if mode not in ("train", "val", "test"):
             raise ValueError(f"mode must be train/val/test, got {mode!r}")
-        if mode != "test" and (num_clips != 1 or num_crops != 1 or twice_sample):
-            raise ValueError("num_clips / num_crops / twice_sample apply to mode='test' only")
+        if mode != "test" and (num_clips != 1 or num_crops != 1 or twice_sample or full_res):
+            raise ValueError("num_clips / num_crops / full_res / twice_sample apply to mode='test' only")
         self.records = list(records)
         self.num_segments = num_segments
         self.mode = mode
@@ -85,10 +90,10 @@ class VideoClipDataset(Dataset):
         self.thread_count = thread_count
         self.img_size = int(img_size)  # recorded with checkpoints so that the tools use the trained size
         self.transform = ClipTransform(mode, img_size, flip=flip, num_crops=num_crops,
-                                       train_short_side=train_short_side, scale_size=scale_size)
+                                       full_res=full_res, resize=resize, train_short_side=train_short_side, scale_size=scale_size)
         if decode_short_side == "auto":
             decode_short_side = (self.transform.train_short_side if mode == "train"
-                                 else self.transform.scale_size)
+                                 else None if resize == "official" else self.transform.scale_size)
         self.decode_short_side = decode_short_side
         # fail early on a bad option combination
         clip_indices(max(num_segments, 1) * 4, num_segments, mode=mode, sampling=sampling,

@@ -12,17 +12,27 @@ Geometry follows mit-han-lab/temporal-shift-module ``ops/transforms.py``:
   The official Kinetics frames are extracted with a height of 331 (``tools/vid2img_kinetics.py``:
   ``scale=-1:331``); we read raw video, so the crop is computed on the frame scaled to a short side
   of ``train_short_side`` (331 * S / 224 by default; None = native size).
-- val / 1 test crop: ``GroupScale(scale_size)`` + ``GroupCenterCrop(S)``, scale_size =
-  S * 256 // 224 (256 for 224).
-- 3 test crops (full resolution): ``GroupFullResSample(scale_size, scale_size)``: scale the short
-  side to scale_size, crops of scale_size x scale_size at the left, right and centre.
-- 10 test crops: ``GroupOverSample(S, scale_size)``: 5 crops (4 corners + centre) and their flips,
-  ordered crop0, flip0, crop1, flip1, ...
+- val / test: the official ``test_models.py`` (commit 23eada75c6e55cdd0b91f2c99f310918260885a1)
+  scales the short side to scale_size = S * 256 // 224 (``GroupScale``, PIL bilinear) and crops
+  squares of side ``c`` = scale_size with ``--full_res``, else S:
 
-Scaling then cropping is done in one step: the crop box is computed in the scaled frame's
-coordinates and mapped back to the source frame, then only that region is resized (bilinear,
-antialiased; ``torchvision.transforms.v2.functional.resized_crop``). Box corners in the source are
-rounded to whole pixels, so they may differ by < 1 source pixel from scaling the whole frame first.
+  - 1 crop: ``GroupCenterCrop(c)``;
+  - 3 crops: ``GroupFullResSample(c, scale_size, flip=False)``: left, right, centre;
+  - 5 crops: ``GroupOverSample(c, scale_size, flip=False)``: 4 corners + centre;
+  - 10 crops: ``GroupOverSample(c, scale_size)``: the 5 crops and their flips, ordered crop0,
+    flip0, crop1, flip1, ...
+
+  The crops are fed to the network at their own side ``c`` (no resize after the crop).
+  ``full_res=None`` keeps this package's pre-issue-18 meaning: full resolution for 3 crops only.
+
+Resizing (val / test), ``resize=``:
+
+- ``"box"`` (default): scaling and cropping in one step: the crop box is computed in the scaled
+  frame's coordinates, mapped back to the source frame (corners rounded to whole source pixels),
+  and only that region is resized (bilinear, antialiased; ``TF.resized_crop``).
+- ``"official"``: the official order: the whole frame's short side is scaled to scale_size
+  (bilinear, antialiased, on uint8: torchvision's PIL-compatible uint8 kernel), then the integer
+  boxes are cut out. Matches PIL ``GroupScale`` + ``GroupCenterCrop`` within 1 grey level.
 """
 from __future__ import annotations
 
@@ -35,11 +45,15 @@ from torchvision.transforms.v2 import functional as TF
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "scale_size_for", "train_short_side_for",
            "fill_fix_offset", "multiscale_crop_box", "center_crop_box", "full_res_boxes",
-           "oversample_boxes", "ClipTransform"]
+           "oversample_boxes", "official_view_boxes", "RESIZE_MODES", "TEST_CROPS", "ClipTransform"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 SCALES = (1.0, 0.875, 0.75, 0.66)
+#: val/test resize modes (see the module docstring).
+RESIZE_MODES = ("box", "official")
+#: test crops per clip, as the official ``--test_crops``.
+TEST_CROPS = (1, 3, 5, 10)
 
 
 def scale_size_for(img_size: int) -> int:
@@ -98,7 +112,13 @@ def center_crop_box(image_w: int, image_h: int, crop: int) -> tuple[int, int, in
 
 
 def full_res_boxes(image_w: int, image_h: int, crop: int) -> list[tuple[int, int, int, int]]:
-    """Left, right, centre crop boxes (official ``GroupFullResSample`` offsets, no flips)."""
+    """Left, right, centre crop boxes (x, y, w, h) of side ``crop``, no flips.
+
+    Source: ops/transforms.py ``GroupFullResSample.__call__`` offsets (w_step = (w - crop) // 4,
+    h_step likewise; x = 0, 4 w_step, 2 w_step at y = 2 h_step). The official name says "full
+    resolution" because test_models.py passes crop = scale_size with ``--full_res``; without it
+    the same offsets are used with crop = S.
+    """
     w_step = (image_w - crop) // 4
     h_step = (image_h - crop) // 4
     return [(0, 2 * h_step, crop, crop), (4 * w_step, 2 * h_step, crop, crop),
@@ -106,9 +126,39 @@ def full_res_boxes(image_w: int, image_h: int, crop: int) -> list[tuple[int, int
 
 
 def oversample_boxes(image_w: int, image_h: int, crop: int) -> list[tuple[int, int, int, int]]:
-    """The 5 boxes of official ``GroupOverSample`` (4 corners, centre); each is used unflipped
-    and flipped for 10 crops."""
+    """The 5 boxes (x, y, w, h) of official ``GroupOverSample`` (4 corners, centre); each is used
+    unflipped and flipped for 10 crops, unflipped only for 5 (``flip=False``)."""
     return [(x, y, crop, crop) for x, y in fill_fix_offset(False, image_w, image_h, crop, crop)]
+
+
+def official_view_boxes(image_w: int, image_h: int, crop: int, num_crops: int
+                    ) -> list[tuple[tuple[int, int, int, int], bool]]:
+    """The test views of an image already scaled to short side scale_size: [(box, flip)].
+
+    Args:
+        image_w, image_h: the scaled image's size in pixels.
+        crop: crop side (scale_size with full resolution, else S).
+        num_crops: 1 (centre), 3 (left/right/centre), 5 (corners + centre), 10 (the 5 + flips,
+            ordered crop0, flip0, crop1, ...).
+
+    Returns:
+        num_crops (box (x, y, w, h) in integer pixels of the scaled image, flip) pairs.
+
+    Raises:
+        ValueError: num_crops not in :data:`TEST_CROPS`.
+
+    Source: test_models.py (commit 23eada75) ``--test_crops`` branches with ops/transforms.py
+    ``GroupCenterCrop`` / ``GroupFullResSample(flip=False)`` / ``GroupOverSample(flip=False|True)``.
+    """
+    if num_crops == 1:
+        return [(center_crop_box(image_w, image_h, crop), False)]
+    if num_crops == 3:
+        return [(b, False) for b in full_res_boxes(image_w, image_h, crop)]
+    if num_crops == 5:
+        return [(b, False) for b in oversample_boxes(image_w, image_h, crop)]
+    if num_crops == 10:
+        return [(b, fl) for b in oversample_boxes(image_w, image_h, crop) for fl in (False, True)]
+    raise ValueError(f"num_crops must be one of {TEST_CROPS} (official --test_crops), got {num_crops}")
 
 
 def _scaled_size(w: int, h: int, short: int | None) -> tuple[int, int, float]:
@@ -124,13 +174,18 @@ def _scaled_size(w: int, h: int, short: int | None) -> tuple[int, int, float]:
 
 
 class ClipTransform:
-    """uint8 (T, H, W, 3) frames -> normalised float32 (T, 3, S, S) (or (V, T, 3, S, S)).
+    """uint8 (T, H, W, 3) frames -> normalised float32 (T, 3, S, S) (or (V, T, 3, C, C)).
 
     Args:
         mode: "train" (multi-scale crop + flip), "val" (scale + centre crop) or "test".
         img_size: S, the network input side (224).
         flip: random horizontal flip in training (p = 0.5).
-        num_crops: test views per clip: 1 (centre), 3 (full resolution, side scale_size) or 10.
+        num_crops: test views per clip: 1 (centre), 3 (left/right/centre), 5 (corners + centre)
+            or 10 (the 5 and their flips); see :func:`official_view_boxes`.
+        full_res: test crops of side scale_size (official ``--full_res``) instead of S; None:
+            True for 3 crops only (this package's meaning of 3 crops before issue 18).
+        resize: val/test scaling, ``"box"`` (default, one resized_crop per view) or
+            ``"official"`` (scale the whole frame, then crop; see the module docstring).
         scale_size: short side for val/test (default img_size * 256 // 224).
         train_short_side: short side training crops are computed on (default 331 * S / 224,
             the official Kinetics frame height; None: the decoded frame as is).
@@ -141,14 +196,18 @@ class ClipTransform:
     """
 
     def __init__(self, mode: str = "train", img_size: int = 224, *, flip: bool = True,
-                 num_crops: int = 1, scale_size: int | None = None,
-                 train_short_side: int | None | str = "auto",
+                 num_crops: int = 1, full_res: bool | None = None, resize: str = "box",
+                 scale_size: int | None = None, train_short_side: int | None | str = "auto",
                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD):
         if mode not in ("train", "val", "test"):
             raise ValueError(f"mode must be train/val/test, got {mode!r}")
-        if num_crops not in (1, 3, 10):
-            raise ValueError(f"num_crops must be 1, 3 or 10 (official test crops), got {num_crops}")
-        self.mode, self.img_size, self.flip, self.num_crops = mode, img_size, flip, num_crops
+        if num_crops not in TEST_CROPS:
+            raise ValueError(f"num_crops must be one of {TEST_CROPS} (official test crops), got {num_crops}")
+        if resize not in RESIZE_MODES:
+            raise ValueError(f"resize must be one of {RESIZE_MODES}, got {resize!r}")
+        self.mode, self.img_size, self.flip, self.num_crops = mode, img_size, flip, int(num_crops)
+        self.full_res = bool(num_crops == 3 if full_res is None else full_res) and mode == "test"
+        self.resize = resize
         self.scale_size = scale_size or scale_size_for(img_size)
         self.train_short_side = (train_short_side_for(img_size) if train_short_side == "auto"
                                  else train_short_side)
@@ -160,6 +219,19 @@ class ClipTransform:
         """Views per clip this transform makes: num_crops in test mode, else 1."""
         return self.num_crops if self.mode == "test" else 1
 
+    @property
+    def crop_size(self) -> int:
+        """Side of the val/test crops and of the output: scale_size with full_res, else S."""
+        return self.scale_size if self.full_res else self.img_size
+
+    def scaled_boxes(self, width: int, height: int) -> tuple[tuple[int, int], list]:
+        """Val/test views in the frame scaled to short side scale_size.
+
+        Returns ((scaled w, scaled h), [(integer box (x, y, w, h), flip)]), the official boxes.
+        """
+        sw, sh, _ = _scaled_size(width, height, self.scale_size)
+        return (sw, sh), official_view_boxes(sw, sh, self.crop_size, self.num_views)
+
     def boxes(self, width: int, height: int, rng: np.random.Generator | None = None
               ) -> list[tuple[tuple[float, float, float, float], int, bool]]:
         """The views of a width x height frame: [(source box (x, y, w, h), output side, flip)]."""
@@ -168,34 +240,41 @@ class ClipTransform:
             x, y, w, h = multiscale_crop_box(sw, sh, self.img_size, rng)
             flip = bool(self.flip and rng.random() < 0.5)
             return [((x * f, y * f, w * f, h * f), self.img_size, flip)]
-        sw, sh, f = _scaled_size(width, height, self.scale_size)
-        if self.mode == "val" or self.num_crops == 1:
-            views = [(center_crop_box(sw, sh, self.img_size), self.img_size, False)]
-        elif self.num_crops == 3:
-            views = [(b, self.scale_size, False) for b in full_res_boxes(sw, sh, self.scale_size)]
-        else:
-            views = []
-            for b in oversample_boxes(sw, sh, self.img_size):
-                views += [(b, self.img_size, False), (b, self.img_size, True)]
-        return [((x * f, y * f, w * f, h * f), out, fl) for (x, y, w, h), out, fl in views]
+        f = _scaled_size(width, height, self.scale_size)[2]
+        return [((x * f, y * f, w * f, h * f), self.crop_size, fl)
+                for (x, y, w, h), fl in self.scaled_boxes(width, height)[1]]
+
+    def _official_views(self, x: torch.Tensor) -> list[tuple[torch.Tensor, bool]]:
+        """Scale the whole (T, 3, H, W) uint8 clip, then cut the integer boxes (official order)."""
+        height, width = x.shape[-2:]
+        (sw, sh), views = self.scaled_boxes(width, height)
+        if (sw, sh) != (width, height):
+            x = TF.resize(x, [sh, sw], interpolation=InterpolationMode.BILINEAR, antialias=True)
+        return [(x[..., by:by + bh, bx:bx + bw], fl) for (bx, by, bw, bh), fl in views]
 
     def __call__(self, frames: np.ndarray | torch.Tensor, rng: np.random.Generator | None = None
                  ) -> torch.Tensor:
         """Transform one clip (or several clips stacked as (K*T, H, W, 3) for test views).
 
-        Returns float32 (T, 3, S, S) when there is one view, else (V, T, 3, S, S).
+        Returns float32 (T, 3, S, S) when there is one view, else (V, T, 3, C, C), C the
+        :attr:`crop_size` (S, or scale_size with full_res).
         """
         x = torch.as_tensor(frames)
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ValueError(f"frames must be (T, H, W, 3) uint8, got shape {tuple(x.shape)}")
         x = x.permute(0, 3, 1, 2)  # (T, 3, H, W), a view
-        height, width = x.shape[-2:]
+        if self.resize == "official" and self.mode != "train":
+            views = self._official_views(x)
+        else:
+            views = []
+            for (bx, by, bw, bh), side, flip in self.boxes(x.shape[-1], x.shape[-2], rng):
+                top, left = int(round(by)), int(round(bx))
+                h, w = max(1, int(round(bh))), max(1, int(round(bw)))
+                views.append((TF.resized_crop(x, top, left, h, w, [side, side],
+                                              interpolation=InterpolationMode.BILINEAR,
+                                              antialias=True), flip))
         out = []
-        for (bx, by, bw, bh), side, flip in self.boxes(width, height, rng):
-            top, left = int(round(by)), int(round(bx))
-            h, w = max(1, int(round(bh))), max(1, int(round(bw)))
-            v = TF.resized_crop(x, top, left, h, w, [side, side],
-                                interpolation=InterpolationMode.BILINEAR, antialias=True)
+        for v, flip in views:
             if flip:
                 v = TF.horizontal_flip(v)
             # in place: avoids two clip-sized temporaries (much faster on a loaded machine)

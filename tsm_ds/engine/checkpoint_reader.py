@@ -22,7 +22,10 @@ export), so that both accept the same paths and read them the same way. Kinds (`
   ``weights_only=False``. Point it only at checkpoints you (your trainer) wrote.
 * ``"official"``: an official TSM checkpoint (mit-han-lab/temporal-shift-module, ``main.py``:
   ``{"epoch", "arch", "state_dict", "optimizer", "best_prec1"}`` with ``module.base_model.*`` keys;
-  the model options come from the file name, :func:`tsm_ds.models.official.parse_official_name`).
+  or the online demo's ``mobilenetv2_jester_online.pth.tar``, a plain state dict with ``features.*``
+  / ``classifier.*`` keys). The model options come from the file name (any suffix, or the
+  ``store_name`` directory of ``ckpt.best.pth.tar``:
+  :func:`tsm_ds.models.official.parse_official_name`) and the ``official_overrides``.
   Read with ``weights_only=True`` (:func:`tsm_ds.models.weights.read_state_dict`), keys converted to
   ours by :func:`tsm_ds.models.official.load_official_checkpoint`, which also checks that every key
   fits the model the name describes.
@@ -93,11 +96,14 @@ def read_checkpoint(path: str | os.PathLike, *,
             file) or a directory (run dir, DeepSpeed save dir with ``latest``, tag dir). In a
             directory without ``latest`` the newest complete tag (``complete.json``; else the newest
             model-states file) is read.
-        official_overrides: :func:`tsm_ds.models.build_model` arguments for an official file,
-            replacing those parsed from its name (``num_classes=`` for an unknown dataset); with
-            ``arch`` and ``num_classes`` given, a ``state_dict`` file without ``model_config`` is
-            read as an official checkpoint whose name no longer says its options. Other kinds
-            ignore them (their ``model_config`` is returned as recorded).
+        official_overrides: :func:`tsm_ds.models.build_model` arguments for an official file
+            (``arch``, ``num_classes``, ``num_segments``, ``shift``, ``shift_div``, ``shift_place``,
+            ``temporal_pool``, ``dropout``), replacing those parsed from its name (``num_classes=``
+            for an unknown dataset). With ``arch`` given, a file without ``model_config`` holding
+            a ``state_dict`` (``main.py``'s ``ckpt.best.pth.tar`` renamed) or the online demo's
+            ``features.*`` / ``classifier.*`` keys is read as an official checkpoint whose name no
+            longer says its options (``num_classes`` defaults to its classifier's rows). Other
+            kinds ignore them (their ``model_config`` is returned as recorded).
 
     Returns:
         :class:`CheckpointContents`.
@@ -127,8 +133,10 @@ def read_checkpoint(path: str | os.PathLike, *,
         raise ValueError(f"{p} is not a checkpoint: it holds a {type(payload).__name__}, expected a dict "
                          "(a tsm_ds export {'state_dict', 'model_config', 'class_names'}, a state dict, or an "
                          "official TSM checkpoint {'state_dict', ...})")
+    if "model_config" not in payload and "arch" in overrides and _is_online_demo(payload):
+        return _read_official(p, overrides)   # the online demo's plain state dict, renamed
     if "model_config" not in payload and isinstance(payload.get("state_dict"), dict) and (
-            {"arch", "best_prec1"} & payload.keys() or {"arch", "num_classes"} <= overrides.keys()):
+            {"arch", "best_prec1"} & payload.keys() or "arch" in overrides):
         return _read_official(p, overrides)   # official main.py's dict, renamed
     state = payload["state_dict"] if "state_dict" in payload else payload
     config = payload.get("model_config")
@@ -221,6 +229,13 @@ def _has_official_name(path: Path) -> bool:
         return "not an official" not in str(e)
 
 
+def _is_online_demo(payload: dict) -> bool:
+    """True for a plain state dict with the online demo's keys (``features.*``, ``classifier.*``)."""
+    from tsm_ds.models.official import is_online_demo
+
+    return all(isinstance(k, str) for k in payload) and is_online_demo(payload)
+
+
 def _read_official(path: Path, overrides: dict) -> CheckpointContents:
     from tsm_ds.models.official import load_official_checkpoint
 
@@ -254,7 +269,7 @@ def _model_states_file(d: Path) -> Path:
             raise FileNotFoundError(f"{latest} names checkpoint tag {tag!r}, but {root / tag} holds no {MODEL_STATES} "
                                     f"(nor ZeRO-3's {ZERO3_MODEL_STATES}): pass one of the tag directories in {root}")
         return f
-    tags = [t for t in root.iterdir() if t.is_dir() and _states_in(t) is not None]
+    tags = [t for t in root.iterdir() if t.is_dir() and not t.name.endswith(".damaged") and _states_in(t) is not None]
     if not tags:
         files = sorted(x.name for x in d.glob("*.pt"))
         hint = (f"; it holds {', '.join(files)}: pass one of those files" if files

@@ -27,7 +27,7 @@ class LoadedModel:
         class_names: K names (from the checkpoint, the ``labels`` file, or ``class_0..``).
         config: ``build_model`` keyword arguments (``model.config``).
         source: ``"state_dict"`` (our exported file), ``"deepspeed"`` (run directory) or ``"official"``.
-        path: the checkpoint path given.
+        path: the file actually read (in a run directory: the model-states file of the tag loaded).
         notes: warnings worth printing (e.g. generic class names).
         img_size: crop side (pixels) the model was trained at, when the checkpoint records it
             (our exports and DeepSpeed run directories do; official files do not: None).
@@ -64,8 +64,10 @@ def _resolve_class_names(names: Sequence[str] | None, labels: str | None, num_cl
 
 def _build(config: dict, overrides: dict) -> torch.nn.Module:
     from tsm_ds.models import build_model
+    from tsm_ds.models.registry import check_checkpoint_config
 
     cfg = {**config, **overrides, "pretrained": None}  # weights come from the checkpoint
+    check_checkpoint_config(cfg)  # ValueError for an old-layout i3d_resnet50 checkpoint
     return build_model(**cfg)
 
 
@@ -94,7 +96,9 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
     Raises:
         FileNotFoundError: no such file/directory, or a directory without a DeepSpeed checkpoint.
         ValueError: not a checkpoint (the message names the file), no ``model_config`` to rebuild
-            the model from, or class names that do not match the outputs.
+            the model from, an ``i3d_resnet50`` checkpoint of the old (pre-issue-18) layout
+            (:func:`tsm_ds.models.registry.check_checkpoint_config`), or class names that do not
+            match the outputs.
         tsm_ds.models.weights.CheckpointError: the weights do not fit the rebuilt model (official
             file vs. its name, or overrides such as ``num_classes`` that change shapes); the message
             lists missing, unexpected and mismatched keys.
@@ -117,7 +121,7 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
     class_names = _resolve_class_names(contents.class_names, labels, num_classes, notes)
     model = model.float().eval()
     return LoadedModel(model=model, class_names=class_names, config=config, source=contents.source,
-                       path=str(path), notes=notes, img_size=contents.img_size)
+                       path=str(contents.path or path), notes=notes, img_size=contents.img_size)
 
 
 def resolve_img_size(requested: int | None, loaded: LoadedModel) -> int:
@@ -136,7 +140,18 @@ def _num_outputs(model: torch.nn.Module) -> int:
 
 
 def checkpoint_overrides(args: Any) -> dict:
-    """``build_model`` overrides from ``--num-segments``, ``--arch``, ``--num-classes`` (those given)."""
-    pairs = (("num_segments", getattr(args, "num_segments", None)), ("arch", getattr(args, "arch", None)),
-             ("num_classes", getattr(args, "num_classes", None)))
-    return {k: v for k, v in pairs if v is not None}
+    """``build_model`` overrides from the TSN flags given on the command line (those not None).
+
+    Flags (:func:`tsm_ds.cli._common.add_official_args`; eval / predict / export define
+    ``--num-segments`` themselves): ``--arch``, ``--num-classes``, ``--num-segments``, ``--shift``
+    (``none`` -> ``shift=None``, a TSN), ``--shift-div``, ``--shift-place``,
+    ``--temporal-pool`` / ``--no-temporal-pool``, ``--dropout``. Missing attributes count as not
+    given. Example: ``--shift none --num-classes 174`` -> ``{"shift": None, "num_classes": 174}``.
+    """
+    names = ("arch", "num_classes", "num_segments", "shift", "shift_div", "shift_place", "temporal_pool",
+             "dropout")
+    out = {k: getattr(args, k, None) for k in names}
+    out = {k: v for k, v in out.items() if v is not None}
+    if out.get("shift") == "none":
+        out["shift"] = None
+    return out

@@ -77,14 +77,16 @@ def topk(probs: torch.Tensor, class_names: list[str], k: int) -> list[tuple[str,
 
 def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_size: int,
                  num_clips: int = 1, num_crops: int = 1, average: str = "logits",
-                 max_clips: int | None = None) -> torch.Tensor:
+                 max_clips: int | None = None, full_res: bool | None = None,
+                 resize: str | None = None) -> torch.Tensor:
     """Class probabilities of one video under a multi-view test protocol.
 
     Args:
         model: eval-mode recognizer, float32 (N, T, 3, H, W) -> logits (N, K).
         path: video file.
         num_segments: T. img_size: crop size in pixels.
-        num_clips, num_crops: the protocol (:func:`tsm_ds.inference.views.view_protocol`).
+        num_clips, num_crops, full_res, resize: the protocol
+            (:func:`tsm_ds.inference.views.view_protocol`).
         average: ``"logits"`` (softmax of the mean logits) or ``"prob"`` (mean of per-view softmax).
         max_clips: clips per model call.
 
@@ -99,7 +101,7 @@ def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_si
     from tsm_ds.inference.views import MultiViewForward, view_protocol
 
     n = probe(path)
-    protocol = view_protocol(num_clips, num_crops)
+    protocol = view_protocol(num_clips, num_crops, full_res=full_res, resize=resize)
     ds = VideoClipDataset([VideoRecord(path, 0, n)], num_segments=num_segments, img_size=img_size,
                           **protocol.dataset_kwargs())
     try:

@@ -7,9 +7,17 @@ Section 4 tables) take ``num_clips x num_crops`` views of every video:
 - clips: 1 (TSN uniform: the centre frame of each of T equal segments), 2 (``--twice_sample``: the
   segment centres plus the segment starts), 10 (``--dense_sample``: 10 dense clips spread evenly
   over the video, as I3D / Non-local test);
-- crops: 1 (resize the short side to the scale size, centre crop), 3 (``--full_res``: three
-  crops along the long side at full scale resolution, no flip), 10 (four corners + centre, and
-  their horizontal flips).
+- crops (``--test_crops``): 1 (resize the short side to the scale size, centre crop), 3 (left,
+  right, centre along the long side, no flip), 5 (four corners + centre), 10 (the 5 and their
+  horizontal flips); ``--full_res`` makes every crop a square of the scale size (256 for 224)
+  instead of the input size, fed to the network at that size. Official: test_models.py at commit
+  23eada75c6e55cdd0b91f2c99f310918260885a1 (``input_size = net.scale_size if args.full_res else
+  net.input_size``); the box arithmetic is :func:`tsm_ds.data.transforms.official_view_boxes`.
+- full_res default: ``None`` = this package's meaning before issue 18, full resolution for 3
+  crops only (``--num-crops 3`` used to be the only 3-crop scheme, and it was the full-res one).
+  The official script's ``--test_crops 3`` without ``--full_res`` is ``full_res=False``.
+- resize: ``"box"`` (default, one resized crop per view) or ``"official"`` (scale the whole frame
+  with bilinear on uint8, then crop; see :mod:`tsm_ds.data.transforms`).
 
 The data side (:class:`tsm_ds.data.dataset.VideoClipDataset` in ``mode="test"``) builds the views
 of one video as a float32 tensor (V, T, 3, H, W), V = num_clips * num_crops. This module folds the
@@ -28,11 +36,22 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from tsm_ds.data.transforms import RESIZE_MODES
+
 AVERAGE_MODES = ("logits", "prob")
 #: num_clips -> the official sampling that produces them.
 CLIP_SAMPLING = {1: "tsn", 2: "tsn", 10: "dense"}
 #: num_crops -> the official crop scheme's name.
-CROP_SCHEMES = {1: "centre crop", 3: "full-res 3 crops", 10: "10 crops (corners + centre, flipped)"}
+CROP_SCHEMES = {1: "centre crop", 3: "left/right/centre", 5: "corners + centre",
+                10: "corners + centre, flipped"}
+LEGACY_3CROP_NOTE = ("--num-crops 3 without --full-res/--no-full-res keeps its old meaning, 3 full-resolution "
+                     "crops (= --num-crops 3 --full-res); this default is deprecated: the official "
+                     "test_models.py --test_crops 3 without --full_res is --num-crops 3 --no-full-res")
+
+
+def legacy_note(num_crops: int, full_res: bool | None) -> str | None:
+    """The deprecation note for ``--num-crops 3`` without an explicit ``--[no-]full-res``, else None."""
+    return LEGACY_3CROP_NOTE if int(num_crops) == 3 and full_res is None else None
 
 
 @dataclass(frozen=True)
@@ -41,8 +60,11 @@ class ViewProtocol:
 
     Attributes:
         num_clips: clips per video: 1 (uniform), 2 (twice sample), 10 (dense).
-        num_crops: crops per clip: 1 (centre), 3 (full resolution), 10 (corners + centre + flips).
+        num_crops: crops per clip: 1 (centre), 3 (left/right/centre), 5 (corners + centre),
+            10 (corners + centre + flips).
         sampling: ``"tsn"`` (segment-based: 1 or 2 clips) or ``"dense"`` (10 clips).
+        full_res: crops of side scale_size instead of the input size (official ``--full_res``).
+        resize: ``"box"`` or ``"official"`` (see :mod:`tsm_ds.data.transforms`).
 
     Source: ``test_models.py`` flags ``--twice_sample``, ``--dense_sample``, ``--test_crops``,
     ``--full_res`` (mit-han-lab/temporal-shift-module).
@@ -51,6 +73,8 @@ class ViewProtocol:
     num_clips: int = 1
     num_crops: int = 1
     sampling: str = "tsn"
+    full_res: bool = False
+    resize: str = "box"
 
     @property
     def num_views(self) -> int:
@@ -65,43 +89,56 @@ class ViewProtocol:
     def dataset_kwargs(self) -> dict:
         """Keyword arguments for ``VideoClipDataset(records, **kwargs)`` (test mode, these views)."""
         kw = {"mode": "test", "sampling": self.sampling, "num_clips": self.num_clips,
-              "num_crops": self.num_crops}
+              "num_crops": self.num_crops, "full_res": self.full_res, "resize": self.resize}
         if self.twice_sample:
             kw["twice_sample"] = True
         return kw
 
     def describe(self) -> str:
-        """Human-readable name, e.g. ``"10 clips (dense) x 3 crops (full-res 3 crops) = 30 views"``."""
+        """Human-readable name, e.g.
+        ``"10 clips (dense) x 3 crops (left/right/centre, full-res) = 30 views"``; ``resize=official``
+        is appended when set."""
         clips = {1: "1 clip", 2: "2 clips (twice sample)"}.get(self.num_clips, f"{self.num_clips} clips")
         if self.sampling == "dense":
             clips += " (dense)"
-        return f"{clips} x {self.num_crops} crops ({CROP_SCHEMES.get(self.num_crops, '?')}) = {self.num_views} views"
+        crops = CROP_SCHEMES.get(self.num_crops, "?") + (", full-res" if self.full_res else "")
+        text = f"{clips} x {self.num_crops} crops ({crops}) = {self.num_views} views"
+        return text + (", resize=official" if self.resize == "official" else "")
 
 
-def view_protocol(num_clips: int = 1, num_crops: int = 1, sampling: str | None = None) -> ViewProtocol:
+def view_protocol(num_clips: int = 1, num_crops: int = 1, sampling: str | None = None, *,
+                  full_res: bool | None = None, resize: str | None = None) -> ViewProtocol:
     """Validate and complete a protocol: ``sampling`` defaults to the official one for num_clips.
 
     Args:
         num_clips: 1, 2 or 10 (see :data:`CLIP_SAMPLING`).
-        num_crops: 1, 3 or 10 (see :data:`CROP_SCHEMES`).
+        num_crops: 1, 3, 5 or 10 (see :data:`CROP_SCHEMES`).
         sampling: ``"tsn"`` or ``"dense"``; None picks ``"dense"`` for 10 clips, else ``"tsn"``.
+        full_res: crops of side scale_size (official ``--full_res``); None: True for 3 crops
+            only (the pre-issue-18 meaning of ``--num-crops 3``, see :data:`LEGACY_3CROP_NOTE`).
+        resize: ``"box"`` (None: the default) or ``"official"``.
 
     Returns:
         The :class:`ViewProtocol`.
 
     Raises:
-        ValueError: a clip or crop count outside those choices, or an unknown sampling.
+        ValueError: a clip or crop count outside those choices, an unknown sampling or resize.
     """
     if num_clips not in CLIP_SAMPLING:
         raise ValueError(f"num_clips={num_clips}: the test protocols take 1 (uniform), 2 (twice sample) "
                          f"or 10 (dense) clips per video")
     if num_crops not in CROP_SCHEMES:
-        raise ValueError(f"num_crops={num_crops}: the test protocols take 1 (centre), 3 (full-res) "
-                         f"or 10 crops per clip")
+        raise ValueError(f"num_crops={num_crops}: the test protocols take 1 (centre), 3 (left/right/"
+                         f"centre), 5 (corners + centre) or 10 (5 + flips) crops per clip")
+    resize = resize or "box"
+    if resize not in RESIZE_MODES:
+        raise ValueError(f"resize={resize!r}: expected one of {RESIZE_MODES}")
     sampling = sampling or CLIP_SAMPLING[num_clips]
     if sampling not in ("tsn", "dense"):
         raise ValueError(f"sampling={sampling!r}: expected 'tsn' or 'dense'")
-    return ViewProtocol(num_clips=num_clips, num_crops=num_crops, sampling=sampling)
+    full_res = bool(int(num_crops) == 3 if full_res is None else full_res)
+    return ViewProtocol(num_clips=num_clips, num_crops=int(num_crops), sampling=sampling,
+                        full_res=full_res, resize=resize)
 
 
 def average_views(scores: torch.Tensor, num_views: int, average: str = "logits") -> torch.Tensor:

@@ -1,11 +1,26 @@
-"""I3D-ResNet-50: the 3D baseline of the TSM paper's throughput comparison.
+"""I3D-ResNet-50: the 3D baseline of the TSM paper's throughput comparison, in two reference layouts.
 
 Source: Wang, Girshick, Gupta, He, "Non-local Neural Networks" (CVPR 2018), Sec. 4 and Table 1:
 a 2D ResNet-50 inflated to 3D; conv1 5x7x7; the first (1x1) conv of alternating bottlenecks
-inflated to 3x1x1 (per stage 1,1,1 / 1,0,1,0 / 1,0,1,0,1,0 / 0,1,0, the I3D_3x1x1 layout, as in
-mmaction2's ``i3d_r50`` config); temporal stride 2 in the first max-pool (3x3x3). No
-non-local blocks. Module names follow torchvision's ResNet (``conv1``, ``layer1.0.conv1``, ...)
-so ImageNet 2D weights inflate by name (:func:`tsm_ds.models.weights.inflate_2d_state_dict`).
+inflated to 3x1x1 (per stage 1,1,1 / 1,0,1,0 / 1,0,1,0,1,0 / 0,1,0, the I3D_3x1x1 layout); a
+1x3x3 max-pool after conv1 and a 2x1x1 max-pool (temporal stride 2) after res2. No non-local
+blocks. The two layouts (:data:`LAYOUTS`) differ only in temporal strides, never in parameters
+(28.04 M with a 400-way fc):
+
+- ``"mmaction2"`` (arch ``i3d_resnet50``): mmaction2's ``i3d_r50`` (configs ``i3d_r50_32x2x1``,
+  ``mmaction/models/backbones/resnet3d.py``: ``conv1_stride_t=2, pool1_stride_t=2,
+  with_pool2=True``). T 32 -> 16 (conv1) -> 8 (pool1) -> 4 (pool2, res3-res5):
+  33.1 GMACs per 32x224x224 clip.
+- ``"nonlocal_release"`` (arch ``i3d_resnet50_release``): the released video-nonlocal-net code
+  (``lib/models/resnet_video.py``, the 32x2 I3D baseline, 73.3 % top-1 in the TSM README): conv1
+  and pool1 without temporal stride, pool2 halves T: T 32 (conv1, pool1, res2) -> 16 (res3-res5):
+  113.6 GMACs per 32x224x224 clip. pool1 pads 1 pixel here (as torchvision and mmaction2; 56x56
+  after pool1 at 224 px); the Caffe2 code pads 0 (55x55, 112.4 GMACs).
+
+pool2 rounds up (``ceil_mode``): identical to the references for even T (all their configs),
+defined for odd or unit T (clips shorter than the references run). Module names follow
+torchvision's ResNet (``conv1``, ``layer1.0.conv1``, ...) so ImageNet 2D weights inflate by name
+(:func:`tsm_ds.models.weights.inflate_2d_state_dict`).
 """
 from __future__ import annotations
 
@@ -17,6 +32,13 @@ import torch.nn as nn
 INFLATE = ((1, 1, 1), (1, 0, 1, 0), (1, 0, 1, 0, 1, 0), (0, 1, 0))
 WIDTHS = (64, 128, 256, 512)
 STRIDES = (1, 2, 2, 2)
+#: layout name -> temporal strides of conv1 and of the first max-pool (pool2 is 2 in both)
+LAYOUTS: dict[str, dict[str, int]] = {
+    "mmaction2": {"conv1_stride_t": 2, "pool1_stride_t": 2},
+    "nonlocal_release": {"conv1_stride_t": 1, "pool1_stride_t": 1},
+}
+#: arch name (:mod:`.registry`) -> layout
+ARCH_LAYOUTS: dict[str, str] = {"i3d_resnet50": "mmaction2", "i3d_resnet50_release": "nonlocal_release"}
 
 
 class Bottleneck3d(nn.Module):
@@ -55,16 +77,28 @@ class Bottleneck3d(nn.Module):
 class I3D(nn.Module):
     """I3D-ResNet-50 recognizer: clips (N, T, 3, H, W) float32 -> logits (N, num_classes).
 
-    Temporal size: T through conv1, T/2 (ceil) after the first max-pool, kept to the end; global
-    average over (T, H, W), dropout, ``new_fc``. ``config`` as :func:`tsm_ds.models.build_model`.
+    Temporal size (see :data:`LAYOUTS`): conv1 and pool1 divide T by their temporal strides
+    (``"mmaction2"``: ceil(T/2) each; ``"nonlocal_release"``: 1), res2 keeps it, pool2 halves it
+    (ceil), res3-res5 keep it. Then global average over (T, H, W), dropout, ``new_fc``.
+    ``config`` as :func:`tsm_ds.models.build_model` (``config["i3d_layout"]`` names the layout).
+
+    Raises:
+        ValueError: unknown ``layout``.
     """
 
-    def __init__(self, num_classes: int, config: dict[str, Any], dropout: float = 0.5):
+    def __init__(self, num_classes: int, config: dict[str, Any], dropout: float = 0.5,
+                 layout: str = "mmaction2"):
         super().__init__()
-        self.conv1 = nn.Conv3d(3, 64, (5, 7, 7), stride=(1, 2, 2), padding=(2, 3, 3), bias=False)
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown I3D layout {layout!r}; choose one of {tuple(LAYOUTS)}")
+        st = LAYOUTS[layout]
+        self.layout = layout
+        self.conv1 = nn.Conv3d(3, 64, (5, 7, 7), stride=(st["conv1_stride_t"], 2, 2),
+                               padding=(2, 3, 3), bias=False)
         self.bn1 = nn.BatchNorm3d(64)
         self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool3d((3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1))
+        self.maxpool = nn.MaxPool3d((1, 3, 3), stride=(st["pool1_stride_t"], 2, 2), padding=(0, 1, 1))
+        self.pool2 = nn.MaxPool3d((2, 1, 1), stride=(2, 1, 1), ceil_mode=True)
         in_ch = 64
         for i, (width, stride, pattern) in enumerate(zip(WIDTHS, STRIDES, INFLATE)):
             blocks = []
@@ -97,7 +131,8 @@ class I3D(nn.Module):
             raise ValueError(f"expected clips (N, T, 3, H, W), got shape {tuple(x.shape)}")
         x = x.transpose(1, 2)                       # (N, 3, T, H, W)
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = self.pool2(self.layer1(x))
+        x = self.layer4(self.layer3(self.layer2(x)))
         x = self.avgpool(x).flatten(1)
         return self.new_fc(self.dropout(x))
 
@@ -112,16 +147,25 @@ class I3D(nn.Module):
         return self
 
 
-def build_i3d(num_classes: int, *, num_segments: int = 32, dropout: float = 0.5,
-              pretrained: str | None = None, partial_bn: bool = False) -> I3D:
-    """I3D-R50 (see module docstring); ``pretrained`` = torchvision ResNet-50 ImageNet file, inflated.
+def build_i3d(num_classes: int, *, layout: str = "mmaction2", num_segments: int = 32,
+              dropout: float = 0.5, pretrained: str | None = None, partial_bn: bool = False) -> I3D:
+    """I3D-R50 in ``layout`` (module docstring); ``pretrained`` = torchvision ResNet-50 ImageNet
+    file, inflated.
 
-    ``num_segments`` is recorded in ``config`` (the network accepts any T >= 1).
+    ``num_segments`` is recorded in ``config`` (the network accepts any T >= 1); so are the arch
+    name of the layout (:data:`ARCH_LAYOUTS`) and ``i3d_layout``, which marks checkpoints of these
+    layouts (see :func:`tsm_ds.models.registry.check_checkpoint_config`).
+
+    Raises:
+        ValueError: unknown ``layout``.
     """
-    config = dict(arch="i3d_resnet50", num_classes=num_classes, num_segments=num_segments,
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown I3D layout {layout!r}; choose one of {tuple(LAYOUTS)}")
+    arch = next(a for a, lay in ARCH_LAYOUTS.items() if lay == layout)
+    config = dict(arch=arch, num_classes=num_classes, num_segments=num_segments,
                   shift=None, shift_div=8, shift_place="blockres", temporal_pool=False,
-                  dropout=dropout, partial_bn=partial_bn, pretrained=None)
-    model = I3D(num_classes, config, dropout)
+                  dropout=dropout, partial_bn=partial_bn, pretrained=None, i3d_layout=layout)
+    model = I3D(num_classes, config, dropout, layout)
     if pretrained is not None:
         from .weights import inflate_2d_state_dict, read_state_dict
         sd = inflate_2d_state_dict(read_state_dict(pretrained), model)

@@ -57,9 +57,34 @@ ARCH_NAMES = {"resnet18": "resnet18", "resnet34": "resnet34", "resnet50": "resne
 
 
 _NAME_RE = re.compile(
-    r"^TSM_(?P<dataset>[A-Za-z0-9\-]+)_(?P<modality>RGB|Flow|RGBDiff)_(?P<arch>[A-Za-z0-9]+)"
+    r"^TSM_(?P<dataset>[A-Za-z0-9\-]+?)_(?P<modality>RGB|Flow|RGBDiff)_(?P<arch>[A-Za-z0-9]+)"
     r"(?:_shift(?P<div>\d+)_(?P<place>blockres|block))?(?P<tpool>_tpool)?"
-    r"_(?P<consensus>avg|identity)_segment(?P<seg>\d+)_e(?P<epochs>\d+)(?P<rest>(?:_[A-Za-z0-9]+)*)$")
+    r"_(?P<consensus>avg|identity)_segment(?P<seg>\d+)(?:_e(?P<epochs>\d+))?(?P<rest>.*)$")
+# online_demo/main.py downloads mobilenetv2_jester_online.pth.tar (online_demo/mobilenet_v2_tsm.py)
+_ONLINE_RE = re.compile(r"^(?P<arch>mobilenetv2)_(?P<dataset>[A-Za-z0-9\-]+?)_online(?P<rest>.*)$")
+_EXTENSIONS = (".tar", ".pth", ".pt", ".ckpt", ".bin")
+#: ``main.py`` saves ``{root_model}/{store_name}/ckpt.pth.tar`` and ``ckpt.best.pth.tar``
+_SAVE_NAMES = ("ckpt.pth.tar", "ckpt.best.pth.tar")
+
+
+def _stem(name: str) -> str:
+    """``name`` without its checkpoint extensions (``.pth``, ``.pth.tar``, ``.pt``, ``.tar`` ...)."""
+    changed = True
+    while changed:
+        changed = False
+        for ext in _EXTENSIONS:
+            if name.endswith(ext) and len(name) > len(ext):
+                name, changed = name[:-len(ext)], True
+    return name
+
+
+def _suffix_parts(rest: str) -> list[str]:
+    """``"_lr0.01-v2_dense"`` -> ``["lr0.01", "v2", "dense"]`` (parts after the official ones)."""
+    return [t for t in re.split(r"[_\-]+", rest) if t]
+
+
+class NotOfficialNameError(ValueError):
+    """A file name that is not an official TSM checkpoint name (its options must be given)."""
 
 
 def parse_official_name(path: str | os.PathLike) -> dict[str, Any]:
@@ -68,22 +93,48 @@ def parse_official_name(path: str | os.PathLike) -> dict[str, Any]:
     ``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth`` ->
     ``{"build": {"arch": "resnet50", "num_classes": 400, "num_segments": 8, "shift":
     "bidirectional", "shift_div": 8, "shift_place": "blockres", "temporal_pool": False},
-    "dataset": "kinetics", "epochs": 50, "dense": False}``. No ``shift`` part = a TSN.
-    ``_dense`` (dense frame sampling at training/test) is reported as ``dense``.
+    "dataset": "kinetics", "epochs": 50, "dense": False, "layout": "tsn"}``. No ``shift`` part =
+    a TSN. Names follow official ``main.py`` (``store_name``: ``TSM_{dataset}_{modality}_{arch}
+    [_shift{div}_{place}][_tpool]_{consensus}_segment{T}_e{epochs}`` then optional parts such as
+    ``_{pretrain}``, ``_{lr_type}``, ``_dense``, ``_nl``, ``_{suffix}``). Any suffix after
+    ``segment{T}[_e{epochs}]`` is accepted (``_lr0.01``, ``-v2``, ``_cos``, ``_dense10``); parts
+    that are no model option are warned about (``UserWarning``), not refused. Extensions
+    ``.pth``, ``.pth.tar``, ``.pt``, ``.tar`` are stripped. ``main.py``'s own file names
+    ``ckpt.pth.tar`` / ``ckpt.best.pth.tar`` are read from their directory's name (the
+    ``store_name``). The online demo's ``mobilenetv2_jester_online.pth.tar``
+    (``online_demo/main.py``) gives ``shift="online"`` and ``"layout": "online_demo"`` (its
+    keys are ``features.*`` / ``classifier.*``, see :func:`convert_official_state_dict`).
+    ``epochs`` is None when the name has none.
 
     Raises:
-        ValueError: the name does not follow the official pattern; non-local models (``_nl``),
+        ValueError: the name does not follow the official pattern (message starts with
+            ``'<name>' is not an official TSM checkpoint name``); non-local models (``_nl``),
             Flow / RGBDiff modality, a consensus other than avg, or an unsupported arch - each
             with a message saying what is not supported.
     """
-    name = Path(path).name
-    stem = name[:-4] if name.endswith(".pth") else (name[:-8] if name.endswith(".pth.tar") else name)
+    p = Path(path)
+    name = p.name
+    if name in _SAVE_NAMES and p.parent.name:
+        try:
+            return parse_official_name(p.parent.name)
+        except ValueError as e:
+            if "not an official" not in str(e):
+                raise
+    stem = _stem(name)
+    online = _ONLINE_RE.match(stem)
+    if online:
+        _warn_unused(name, _suffix_parts(online["rest"]), set())
+        build = {"arch": ARCH_NAMES[online["arch"]], "num_classes": DATASET_CLASSES.get(online["dataset"]),
+                 "num_segments": 8, "shift": "online", "shift_div": 8, "shift_place": "blockres",
+                 "temporal_pool": False}
+        return {"build": build, "dataset": online["dataset"], "epochs": None, "dense": False,
+                "layout": "online_demo"}
     m = _NAME_RE.match(stem)
     if not m:
-        raise ValueError(f"{name!r} is not an official TSM checkpoint name (expected e.g. "
+        raise NotOfficialNameError(f"{name!r} is not an official TSM checkpoint name (expected e.g. "
                          "TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth); pass "
                          "arch=, num_classes=, num_segments=, shift= ... as overrides")
-    rest = [t for t in m["rest"].split("_") if t]
+    rest = _suffix_parts(m["rest"])
     if "nl" in rest:
         raise ValueError(f"{name}: non-local TSM checkpoints (_nl) are not supported: tsm_ds has no "
                          "non-local blocks; use the plain TSM checkpoint of the same setting")
@@ -96,18 +147,22 @@ def parse_official_name(path: str | os.PathLike) -> dict[str, Any]:
     if arch is None:
         raise ValueError(f"{name}: arch {m['arch']!r} is not supported; supported: "
                          + ", ".join(ARCH_NAMES))
-    known = {"dense"}
-    other = [t for t in rest if t not in known]
-    if other:
-        warnings.warn(f"{name}: name parts {other} are not model options and were not used "
-                      "(e.g. a learning-rate schedule or a suffix)", stacklevel=2)
+    dense = [t for t in rest if re.fullmatch(r"dense\d*", t)]
+    _warn_unused(name, rest, set(dense))
     build = {"arch": arch, "num_classes": DATASET_CLASSES.get(m["dataset"]),
              "num_segments": int(m["seg"]),
              "shift": "bidirectional" if m["div"] else None,
              "shift_div": int(m["div"]) if m["div"] else 8,
              "shift_place": m["place"] or "blockres", "temporal_pool": bool(m["tpool"])}
-    return {"build": build, "dataset": m["dataset"], "epochs": int(m["epochs"]),
-            "dense": "dense" in rest}
+    return {"build": build, "dataset": m["dataset"],
+            "epochs": int(m["epochs"]) if m["epochs"] else None, "dense": bool(dense), "layout": "tsn"}
+
+
+def _warn_unused(name: str, parts: list[str], known: set[str]) -> None:
+    other = [t for t in parts if t not in known]
+    if other:
+        warnings.warn(f"{name}: name parts {other} are not model options and were not used "
+                      "(e.g. a learning-rate schedule or a suffix)", stacklevel=3)
 
 
 def _mobilenet_official_path(tv_path: str, model: nn.Module) -> str:
@@ -140,11 +195,43 @@ def official_key(key: str, model: nn.Module) -> str:
     return "module." + path + "." + leaf
 
 
+def is_online_demo(keys) -> bool:
+    """Keys of ``online_demo/mobilenet_v2_tsm.py``'s MobileNetV2: ``features.*`` / ``classifier.*``
+    at the top (no ``base_model.`` / ``new_fc.``)."""
+    keys = [k[len("module."):] if k.startswith("module.") else k for k in keys]
+    return "classifier.weight" in keys and any(k.startswith("features.") for k in keys) and not any(
+        k.startswith(("base_model.", "new_fc.")) for k in keys)
+
+
+def online_demo_key(key: str, model: nn.Module) -> str:
+    """The key of our state-dict ``key`` in the online demo's checkpoint
+    (``mobilenetv2_jester_online.pth.tar``, ``online_demo/mobilenet_v2_tsm.py``).
+
+    Its MobileNetV2 uses the flat official block layout (module docstring table) without the
+    ``TemporalShift`` wrapper (the shift is in ``InvertedResidualWithShift.forward``, channels
+    ``[0, c // 8)`` from the previous frame: our ``shift="online"``), no ``module.`` /
+    ``base_model.`` prefix, and its head is ``classifier`` (a Linear, no dropout) where ours is
+    ``new_fc``: ``base_model.features.3.conv.0.0.weight`` -> ``features.3.conv.0.weight``,
+    ``new_fc.weight`` -> ``classifier.weight``.
+    """
+    off = official_key(key, model)[len("module."):]
+    if off.startswith("new_fc."):
+        return "classifier." + off[len("new_fc."):]
+    return off.replace(".net.", ".").replace("base_model.", "", 1)
+
+
 def convert_official_state_dict(official: dict[str, torch.Tensor], model: nn.Module
                                 ) -> dict[str, torch.Tensor]:
-    """Rename an official state dict to ``model``'s keys; unmatched official keys keep their name
-    (so that :func:`_load_exact` lists them). ``module.`` prefixes are optional in the input.
+    """Rename an official state dict to ``model``'s keys.
+
+    Accepts ``main.py`` checkpoints (``module.base_model.*``, ``module.new_fc.*``; the ``module.``
+    prefix is optional) and the online demo's (``features.*``, ``classifier.*``: see
+    :func:`online_demo_key`). Unmatched official keys keep their name (so that
+    :func:`.weights.load_exact` lists them).
     """
+    if is_online_demo(official):
+        to_ours = {online_demo_key(k, model): k for k in model.state_dict()}
+        return {to_ours.get(k.removeprefix("module."), k): v for k, v in official.items()}
     if not any(k.startswith("module.") for k in official):
         official = {"module." + k: v for k, v in official.items()}
     to_ours = {official_key(k, model): k for k in model.state_dict()}
@@ -155,34 +242,56 @@ def convert_official_state_dict(official: dict[str, torch.Tensor], model: nn.Mod
     return {to_ours.get(k, k): v for k, v in official.items()}
 
 
+def head_classes(official: dict[str, torch.Tensor]) -> int | None:
+    """Rows of the classifier of an official state dict (``new_fc``, ``base_model.fc`` /
+    ``base_model.classifier`` of the dropout=0 layout, the online demo's ``classifier``), or None."""
+    for k in ("new_fc.weight", "base_model.fc.weight", "base_model.classifier.weight", "classifier.weight"):
+        for key in (k, "module." + k):
+            w = official.get(key)
+            if isinstance(w, torch.Tensor) and w.dim() == 2:
+                return int(w.shape[0])
+    return None
+
+
 def load_official_checkpoint(path: str | os.PathLike, **overrides: Any) -> nn.Module:
     """Build the model an official TSM checkpoint file describes and load its weights.
 
     Args:
-        path: an official ``.pth`` file (see :func:`parse_official_name` for the names).
-        **overrides: :func:`tsm_ds.models.registry.build_model` arguments that replace the parsed ones
-            (e.g. ``num_classes=`` for an unknown dataset, ``dropout=``); with ``arch`` and
-            ``num_classes`` given, the name need not follow the official pattern.
+        path: an official file: ``main.py``'s (``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_
+            segment8_e50.pth``, any suffix, or ``ckpt.best.pth.tar`` in its ``store_name``
+            directory) or the online demo's ``mobilenetv2_jester_online.pth.tar`` (see
+            :func:`parse_official_name`).
+        **overrides: :func:`tsm_ds.models.registry.build_model` arguments that replace the parsed
+            ones (``arch``, ``num_classes``, ``num_segments``, ``shift``, ``shift_div``,
+            ``shift_place``, ``temporal_pool``, ``dropout``). With ``arch`` given, the name need not
+            follow the official pattern; ``num_classes``, when neither the name nor ``overrides``
+            give it, is the row count of the file's classifier.
 
     Returns:
         The model (eval mode) whose logits equal the official model's for the same input.
 
     Raises:
-        ValueError: unsupported variant (non-local, Flow, ...) or options missing.
+        ValueError: unsupported variant (non-local, Flow, ...), or a name that says nothing and
+            no ``arch`` override (the message says what to pass).
         FileNotFoundError / CheckpointError: unreadable file, or keys that do not match (the
-            message lists missing, unexpected and shape-mismatched keys).
+            message names the cause, e.g. a temporal shift on one side only, then lists missing,
+            unexpected and shape-mismatched keys).
     """
     try:
-        opts = parse_official_name(path)["build"]
+        opts = dict(parse_official_name(path)["build"])
     except ValueError as e:
-        if "not an official" not in str(e) or not {"arch", "num_classes"} <= overrides.keys():
+        if "not an official" not in str(e) or "arch" not in overrides:
             raise
         opts = {}
     opts.update(overrides)
-    if opts.get("num_classes") is None:
-        raise ValueError(f"{Path(path).name}: unknown dataset, pass num_classes=")
     opts.pop("pretrained", None)
+    raw = read_state_dict(path)
+    if opts.get("num_classes") is None:
+        opts["num_classes"] = head_classes(raw)
+    if opts.get("num_classes") is None:
+        raise ValueError(f"{Path(path).name}: unknown dataset and no classifier in the file, pass "
+                         "num_classes=")
     model = build_model(**opts)
-    sd = convert_official_state_dict(read_state_dict(path), model)
-    load_exact(model, sd, path)
+    sd = convert_official_state_dict(raw, model)
+    load_exact(model, sd, path, file_keys=None if is_online_demo(raw) else list(raw))
     return model.eval()
