@@ -186,6 +186,10 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(damage, shared_data, tmp_
                      out), out[-2000:]
     assert re.search(r"resumed from \S+step00000001: .* optimizer step 1", out)
     assert (ck / "latest").read_text().strip() == "step00000003"
+    # the damaged checkpoint is kept aside for inspection, out of the rotation of the last N
+    # (steps 2 and 3 were trained again from step 1 and saved; keep_last 2 pruned step 1)
+    assert sorted(d.name for d in ck.iterdir() if d.is_dir()) == ["step00000002", "step00000002.damaged",
+                                                                  "step00000003"]
 
 
 @pytest.mark.slow

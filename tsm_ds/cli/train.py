@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--demo-clips", type=int, default=48,
                    help="training clips per class of the generated demo dataset (used only without data)")
     m = p.add_argument_group("model")
-    m.add_argument("--arch", default="resnet50", help="resnet18/34/50/101, mobilenet_v2, i3d_resnet50")
+    m.add_argument("--arch", default="resnet50", help="resnet18/34/50/101, mobilenet_v2, i3d_resnet50 (non-local paper / mmaction2 layout), i3d_resnet50_release (released non-local code)")
     m.add_argument("--num-segments", type=int, default=8, help="T, frames per clip")
     m.add_argument("--shift", default="bidirectional", choices=["bidirectional", "online", "none"],
                    help="temporal shift (none = TSN)")
@@ -63,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--partial-bn", action="store_true")
     m.add_argument("--pretrained", help="torchvision ImageNet state dict file for the backbone")
     m.add_argument("--tune-from", help="weights to start from: an export (RUN/best_model.pt), a run dir, its "
-                   "checkpoints/ dir (the 'latest' tag), a tag dir (ZeRO-3 too), or an official TSM .pth; the head "
-                   "is replaced when the class count differs")
+                   "checkpoints/ dir (the 'latest' tag), a tag dir (ZeRO-3 too), or an official TSM file (TSM_..."
+                   "_segment8_e50*.pth[.tar] with any suffix, ckpt.best.pth.tar in its TSM_... directory, the online "
+                   "demo's mobilenetv2_jester_online.pth.tar); the head is replaced when the class count differs")
     t = p.add_argument_group("training (flags for engine-JSON keys are only allowed where the JSON says \"auto\")")
     t.add_argument("--epochs", type=int, default=50)
     t.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
@@ -164,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     from tsm_ds.data.video import set_index_cache_dir, set_index_cache_size
     from tsm_ds.models import set_fused_shift
 
+    if os.environ.get("DS_ACCELERATOR") == "cpu":
+        log.info("DeepSpeed builds its CPU comm op on first use into %s (up to a few minutes, once per cache; "
+                 "launch/ scripts use .venv/torch_extensions)",
+                 os.environ.get("TORCH_EXTENSIONS_DIR") or "~/.cache/torch_extensions")
     if args.index_cache:
         set_index_cache_dir(args.index_cache)   # DataLoader workers (forked) inherit it
     if args.index_cache_size:
@@ -205,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune_from:
         from tsm_ds.engine.checkpoint import load_finetune_weights
         try:
-            rep = load_finetune_weights(model, args.tune_from)
+            # an official file whose name says nothing is read with this run's model options
+            rep = load_finetune_weights(model, args.tune_from, official_overrides={
+                "arch": args.arch, "num_segments": args.num_segments,
+                "shift": None if args.shift == "none" else args.shift, "shift_div": args.shift_div,
+                "shift_place": args.shift_place, "temporal_pool": args.temporal_pool, "dropout": args.dropout})
         except (FileNotFoundError, ValueError, RuntimeError) as e:
             log.error("--tune-from %s: %s", args.tune_from, e)
             return 2

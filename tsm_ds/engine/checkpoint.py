@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from tsm_ds.engine.checkpoint_reader import COMPLETE, CheckpointContents, read_checkpoint  # noqa: F401 (re-exported)
+from tsm_ds.models.official import NotOfficialNameError
 from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
 
 
@@ -126,7 +127,8 @@ class CheckpointManager:
         """Tags with ``complete.json``, oldest first (by step: tag names sort by step)."""
         if not self.dir.is_dir():
             return []
-        return sorted(p.name for p in self.dir.iterdir() if p.is_dir() and (p / COMPLETE).is_file())
+        return sorted(p.name for p in self.dir.iterdir()
+                      if p.is_dir() and (p / COMPLETE).is_file() and not p.name.endswith(".damaged"))
 
     def resume_candidates(self) -> list[str]:
         """Complete tags to try for ``--resume auto``, best first: ``latest``, then newest to oldest."""
@@ -157,8 +159,11 @@ class CheckpointManager:
             if not problem:
                 return tag
             if warn is not None:
-                warn("--resume auto: checkpoint %s is damaged (%s); falling back to the previous complete one",
-                     self.dir / tag, problem)
+                warn("--resume auto: checkpoint %s is damaged (%s); falling back to the previous complete one "
+                     "(the damaged one is kept as %s.damaged, never pruned nor resumed)", self.dir / tag, problem,
+                     self.dir / tag)
+            if self.rank == 0:   # out of the rotation: kept for inspection, not counted among the last N
+                (self.dir / tag).rename(self.dir / f"{tag}.damaged")
         if candidates:
             raise CheckpointResumeError(f"--resume auto: every complete checkpoint in {self.dir} is damaged "
                                f"({', '.join(candidates)}; see the warnings above): move them away to start "
@@ -291,7 +296,7 @@ class CheckpointManager:
                 shutil.rmtree(self.dir / t, ignore_errors=True)
         # leftovers of failed saves (no complete.json) older than the current tag
         for p in self.dir.iterdir():
-            if p.is_dir() and not (p / COMPLETE).is_file() and p.name < current:
+            if p.is_dir() and not (p / COMPLETE).is_file() and p.name < current and not p.name.endswith(".damaged"):
                 shutil.rmtree(p, ignore_errors=True)
 
     def load(self, engine, tag: str) -> tuple[dict, dict]:
@@ -337,12 +342,15 @@ def export_model(path: str | Path, module: torch.nn.Module, *, class_names: list
     atomic_torch_save(obj, p)
 
 
-def load_finetune_weights(model: torch.nn.Module, path: str | Path) -> dict:
+def load_finetune_weights(model: torch.nn.Module, path: str | Path, *,
+                          official_overrides: dict | None = None) -> dict:
     """Load weights for fine-tuning (``--tune-from``); the classifier is skipped when shapes differ.
 
     Accepts every kind :func:`read_checkpoint` reads (:mod:`tsm_ds.engine.checkpoint_reader`): our
     exports (``RUN/best_model.pt``), a run directory / its ``checkpoints/`` (the tag ``latest``
-    names) / a tag directory (ZeRO-3 too), a plain state dict file, an official TSM ``.pth``.
+    names) / a tag directory (ZeRO-3 too), a plain state dict file, an official TSM ``.pth``
+    (``official_overrides``: the model options used only for an official file whose name says
+    nothing; a file that names its options is read as it says).
 
     Args:
         model: the freshly built model to fine-tune (loaded in place).
@@ -358,7 +366,12 @@ def load_finetune_weights(model: torch.nn.Module, path: str | Path) -> dict:
         :func:`read_checkpoint` (missing path, not a checkpoint, ...; the message names the file).
         RuntimeError: a non-head parameter is missing (wrong arch).
     """
-    contents = read_checkpoint(path)
+    try:
+        contents = read_checkpoint(path)   # a file that says what it is: read as it says
+    except NotOfficialNameError:
+        if not official_overrides:
+            raise
+        contents = read_checkpoint(path, official_overrides=official_overrides)   # a renamed official file
     source = {"deepspeed": "DeepSpeed checkpoint", "official": "official TSM checkpoint"}.get(
         contents.source, "tsm_ds export" if contents.model_config else "state dict")
     own = model.state_dict()

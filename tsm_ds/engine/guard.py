@@ -54,10 +54,26 @@ class DivergenceError(RuntimeError):
         self.reason, self.step, self.loss, self.grad_norm = reason, step, loss, grad_norm
         self.lrs, self.last_good, self.applied = dict(lrs), last_good, applied
         self.context: list[str] = []
+        #: the fixes to suggest (the trainer narrows them to what the run did not already do)
+        self.fixes: list[str] = ["a lower --lr (or the recipe's lr)", "a longer --warmup-steps",
+                                 "gradient_clipping in the engine JSON",
+                                 "--on-divergence rollback to reload the last good checkpoint with a lower lr"]
         super().__init__(reason)
 
     def __str__(self) -> str:
         return self.describe()
+
+    def narrow_fixes(self, *, clip: float, rollback: bool, has_checkpoint: bool) -> None:
+        """Keep only the fixes the run did not already apply: gradient clipping when ``clip`` is 0,
+        rollback unless it was asked for; with rollback and no checkpoint, suggest saving more often."""
+        drop = {"gradient_clipping in the engine JSON"} if clip > 0 else set()
+        if rollback:
+            drop.add(self.fixes[-1])
+            if not has_checkpoint:
+                self.fixes.append("--save-every-steps N so that a rollback has a checkpoint to reload")
+        self.fixes = [f for f in self.fixes if f not in drop]
+        if clip > 0:
+            self.fixes[0] += f" (gradient_clipping is {clip:g} already)"
 
     def describe(self) -> str:
         """The multi-line report: what, where, the last good checkpoint, the likely fix."""
@@ -69,9 +85,7 @@ class DivergenceError(RuntimeError):
                 + ("the engine had taken the update; " if self.applied else f"the update of step {self.step} was not "
                    "applied; ") + "nothing non-finite was saved)\n"
                 + "".join(f"  {line}\n" for line in self.context)
-                + "  likely fix: a lower --lr (or the recipe's lr), a longer --warmup-steps, gradient_clipping "
-                "in the engine JSON; or --on-divergence rollback to reload the last good checkpoint with a "
-                "lower lr; then --resume auto")
+                + "  likely fix: " + "; or ".join(self.fixes))
 
 
 @dataclass

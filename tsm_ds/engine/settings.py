@@ -6,6 +6,8 @@ re-exports both names.
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
@@ -14,7 +16,7 @@ from torch.utils.data import DistributedSampler
 
 from tsm_ds.engine.guard import GuardSettings
 
-__all__ = ["ResumableDistributedSampler", "StepStats", "TrainSettings", "run_summary"]
+__all__ = ["ResumableDistributedSampler", "StepStats", "TrainSettings", "run_summary", "write_run_result"]
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -138,3 +140,30 @@ def run_summary(result: dict, run_dir: str | Path, last_metrics: dict) -> dict:
             "val_top5": val.get("top5"), "val_clips": val.get("count"), "best_val_top1": result["best_top1"],
             "last_clips_per_s": last_metrics.get("perf/clips_per_s"), "rollbacks": result["rollbacks"],
             "lr_scale": result["lr_scale"], "history": result["history"]}
+
+
+def _strict(obj):
+    """``obj`` with non-finite floats as strings ("nan", "inf"): strict JSON for every reader."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
+def write_run_result(run_dir: str | Path, status: str, fields: dict, *, log=None) -> None:
+    """Write ``<run_dir>/result.json``: ``{"status": completed | diverged | save_failed, **fields}``,
+    atomically and as strict JSON (a nan loss is written "nan"), for every run that got past
+    set-up, so that tools read a file, not the log. A failed write (e.g. the disk that failed the
+    checkpoint) is logged through ``log.error`` when given, not raised."""
+    from tsm_ds.utils.io import atomic_write_text
+
+    try:
+        atomic_write_text(Path(run_dir) / "result.json",
+                          json.dumps(_strict({"status": status, **fields}), indent=2, default=str,
+                                     allow_nan=False) + "\n")
+    except OSError as e:
+        if log is not None:
+            log.error("could not write %s: %s", Path(run_dir) / "result.json", e)

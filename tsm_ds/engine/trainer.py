@@ -20,7 +20,6 @@ back to the last good checkpoint with lower lrs; nothing non-finite is saved or 
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -41,9 +40,9 @@ from tsm_ds.engine.evaluate import gather_predictions, sync_batchnorm_stats, top
 from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, EngineGuard
 from tsm_ds.engine.monitor import ScalarWriter
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
-from tsm_ds.engine.settings import ResumableDistributedSampler, StepStats, TrainSettings, run_summary
+from tsm_ds.engine.settings import (ResumableDistributedSampler, StepStats, TrainSettings, run_summary,
+                                    write_run_result)
 from tsm_ds.models.groups import parameter_groups
-from tsm_ds.utils.io import atomic_write_text
 
 __all__ = ["ResumableDistributedSampler", "TrainSettings", "Trainer"]   # the first two from .settings
 
@@ -319,15 +318,10 @@ class Trainer:
         return run_summary(result, self.s.run_dir, getattr(self, "last_metrics", {}))
 
     def _write_result(self, status: str, fields: dict) -> None:
-        """``<run>/result.json`` (rank 0): ``{"status": completed | diverged | save_failed, ...}``,
-        written for every run that got past set-up, so that tools read a file, not the log."""
-        if self.rank != 0:
-            return
-        try:
-            atomic_write_text(self.s.run_dir / "result.json",
-                              json.dumps({"status": status, **fields}, indent=2, default=str) + "\n")
-        except OSError as e:   # e.g. the disk that failed the checkpoint: the log still says it all
-            log.error("could not write %s: %s", self.s.run_dir / "result.json", e)
+        """``<run>/result.json`` on rank 0 (see :func:`tsm_ds.engine.settings.write_run_result`)."""
+        if self.rank == 0:
+            write_run_result(self.s.run_dir, status, {"rollbacks": self.rollbacks, "lr_scale": self.lr_scale,
+                                                      **fields}, log=log)
 
     def fit(self) -> dict:
         """Train; returns ``{"step", "epoch", "val": last validation, "best_top1", "history",
@@ -352,6 +346,9 @@ class Trainer:
                         if self.s.on_divergence == "rollback":
                             e.context.append(f"rollbacks used: {self.rollbacks} of {self.s.max_rollbacks}"
                                              + ("" if self.ckpt.latest_tag() else "; no checkpoint to roll back to"))
+                        e.narrow_fixes(clip=float(self.ds_config.get("gradient_clipping") or 0.0),
+                                       rollback=self.s.on_divergence == "rollback",
+                                       has_checkpoint=self.ckpt.latest_tag() is not None)
                         raise
                     start_epoch, skip_micro = self._rollback(e)
                     self.bar.n = self.global_step

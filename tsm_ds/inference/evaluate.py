@@ -144,7 +144,8 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
     from tsm_ds.inference.views import MultiViewForward, view_protocol
 
     rank, world = init_distributed(require_group=False)
-    protocol = view_protocol(args.num_clips, args.num_crops, args.sampling)
+    protocol = view_protocol(args.num_clips, args.num_crops, args.sampling,
+                             full_res=getattr(args, "full_res", None), resize=getattr(args, "resize", None))
     loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
     if torch.cuda.is_available():
         loaded.model.cuda()
@@ -161,6 +162,7 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
         log = log or logging.getLogger("tsm_ds.inference").info
         for note in loaded.notes:
             log(f"note: {note}")
+        log(f"checkpoint: {loaded.path} ({loaded.source})")
         log(f"data: {data_info['description']}")
         log(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
             f"{args.img_size}px, average={args.average}, world size {world}")
@@ -173,7 +175,7 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
         labels_np = labels.numpy()
         if mapping is not None:
             labels_np = [mapping[i] for i in labels_np]
-        meta = {"checkpoint": str(args.checkpoint), "checkpoint_kind": loaded.source,
+        meta = {"checkpoint": str(args.checkpoint), "checkpoint_file": loaded.path, "checkpoint_kind": loaded.source,
                 "model_config": loaded.config, "protocol": protocol.describe(),
                 "num_clips": protocol.num_clips, "num_crops": protocol.num_crops,
                 "sampling": protocol.sampling, "num_segments": num_segments, "img_size": args.img_size,
