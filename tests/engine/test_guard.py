@@ -248,10 +248,17 @@ def test_nan_on_one_rank_stops_every_rank(shared_data, tmp_path):
     if not launcher.exists():
         pytest.skip(f"no deepspeed launcher next to {sys.executable}")
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, str(launcher), "--num_gpus", "2", "--master_port", str(_port()), "--module", "tsm_ds.train",
+    port = _port()
+    cmd = [sys.executable, str(launcher), "--num_gpus", "2", "--master_port", str(port), "--module", "tsm_ds.train",
            "--deepspeed_config", "cpu_fp32", "--data", str(shared_data / "videos"), "--output-dir", str(tmp_path),
            "--run-name", "r", *SMALL, "--batch-size", "4", "--inject-nan-at-step", "2", "--inject-nan-rank", "1"]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        # the launcher kills rank 0 once rank 1 has exited (before its atexit clean-up): remove the
+        # 69 MB /dev/shm buffer DeepSpeed's CPU all-reduce left for this job's port
+        for f in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
+            f.unlink(missing_ok=True)
     out = p.stdout + p.stderr
     assert p.returncode == 3, out[-3000:]
     # the NaN was on rank 1 only, yet rank 0 (the one that logs) saw the same reduced loss and stopped
