@@ -16,7 +16,7 @@ export PATH="$(pwd)/.venv/bin:$PATH"   # one ninja on PATH: DeepSpeed's op cache
 # DeepSpeed JIT-compiles its CPU ops into this cache; one per checkout, or several venvs
 # on one machine rebuild each other's ops at every launch (minutes each)
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(pwd)/.venv/torch_extensions}
-# build DeepSpeed's shared-memory comm op once, in one process (~20 s the first time): two ranks
+# build DeepSpeed's shared-memory comm op once, in one process (20 s to 2 min the first time, more on a loaded machine): two ranks
 # that both find an empty cache build it at the same time and can abort
 DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} .venv/bin/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null || true
 
