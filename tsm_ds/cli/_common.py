@@ -45,3 +45,21 @@ def load_from_args(args: argparse.Namespace, prog: str) -> LoadedModel | None:
         return None
     args.img_size = resolve_img_size(args.img_size, loaded)
     return loaded
+
+
+def add_view_args(p) -> None:
+    """The test-protocol flags of ``tsm-ds eval`` and ``predict`` (official ``test_models.py``):
+    ``--num-clips``, ``--num-crops``, ``--full-res``, ``--resize`` (see :mod:`tsm_ds.inference.views`)."""
+    p.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
+                   help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
+    p.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 5, 10],
+                   help="crops per clip, as the official --test_crops: 1 centre, 3 left/right/centre, "
+                        "5 corners+centre, 10 corners+centre+flips (default 1). Deprecated: 3 without "
+                        "--full-res/--no-full-res still means full-res 3 crops (the old meaning)")
+    p.add_argument("--full-res", action=argparse.BooleanOptionalAction, default=None,
+                   help="crops of side scale_size (256 for 224) instead of --img-size, as the official "
+                        "--full_res; works with every --num-crops (default: off, on for --num-crops 3)")
+    p.add_argument("--resize", choices=["box", "official"], default="box",
+                   help="val/test scaling: box (default: one resized crop per view, faster) or official "
+                        "(short side to scale_size with bilinear on uint8, then crop, as GroupScale + "
+                        "GroupCenterCrop; frames decoded at full size)")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tsm_ds.cli._common import add_official_args
+from tsm_ds.cli._common import add_official_args, add_view_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,19 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--list", default=None, help="video list file: '<path> <label>' lines")
     d.add_argument("--root", default=None, help="root that --list paths are relative to")
     v = p.add_argument_group("test protocol")
-    v.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
-                   help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
-    v.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 5, 10],
-                   help="crops per clip, as the official --test_crops: 1 centre, 3 left/right/centre, "
-                        "5 corners+centre, 10 corners+centre+flips (default 1). Deprecated: 3 without "
-                        "--full-res/--no-full-res still means full-res 3 crops (the old meaning)")
-    v.add_argument("--full-res", action=argparse.BooleanOptionalAction, default=None,
-                   help="crops of side scale_size (256 for 224) instead of --img-size, as the official "
-                        "--full_res; works with every --num-crops (default: off, on for --num-crops 3)")
-    v.add_argument("--resize", choices=["box", "official"], default="box",
-                   help="val/test scaling: box (default: one resized crop per view, faster) or official "
-                        "(short side to scale_size with bilinear on uint8, then crop, as GroupScale + "
-                        "GroupCenterCrop; frames decoded at full size)")
+    add_view_args(v)
     v.add_argument("--sampling", choices=["tsn", "dense"], default=None,
                    help="override the protocol's sampling (default: dense for 10 clips, else tsn)")
     v.add_argument("--num-segments", type=int, default=None, help="T (default: the checkpoint's)")

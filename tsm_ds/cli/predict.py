@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from tsm_ds.cli._common import add_official_args, load_from_args
+from tsm_ds.cli._common import add_official_args, add_view_args, load_from_args
 from tsm_ds.inference.predict import UnreadableVideo, predict_clip, predict_online, topk
 from tsm_ds.utils.io import atomic_write_text
 
@@ -26,18 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=5, help="classes shown per video (default 5)")
     p.add_argument("--num-segments", type=int, default=None, help="T (default: the checkpoint's)")
     p.add_argument("--img-size", type=int, default=None, help="crop size, pixels (default: the size the checkpoint was trained at, else 224)")
-    p.add_argument("--num-clips", type=int, default=1, choices=[1, 2, 10],
-                   help="clips per video: 1 uniform, 2 twice-sample, 10 dense (default 1)")
-    p.add_argument("--num-crops", type=int, default=1, choices=[1, 3, 5, 10],
-                   help="crops per clip, as the official --test_crops: 1 centre, 3 left/right/centre, "
-                        "5 corners+centre, 10 corners+centre+flips (default 1). Deprecated: 3 without "
-                        "--full-res/--no-full-res still means full-res 3 crops (the old meaning)")
-    p.add_argument("--full-res", action=argparse.BooleanOptionalAction, default=None,
-                   help="crops of side scale_size (256 for 224) instead of --img-size, as the official "
-                        "--full_res; works with every --num-crops (default: off, on for --num-crops 3)")
-    p.add_argument("--resize", choices=["box", "official"], default="box",
-                   help="scaling: box (default: one resized crop per view, faster) or official (short "
-                        "side to scale_size with bilinear on uint8, then crop; frames decoded at full size)")
+    add_view_args(p)
     p.add_argument("--average", choices=["logits", "prob"], default="logits",
                    help="view averaging (default logits, as the official test code)")
     p.add_argument("--online", action="store_true",
