@@ -12,13 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/setup.sh
-export PATH="$(pwd)/.venv/bin:$PATH"   # one ninja on PATH: DeepSpeed's op cache is not rebuilt
-# DeepSpeed JIT-compiles its CPU ops into this cache; one per checkout, or several venvs
-# on one machine rebuild each other's ops at every launch (minutes each)
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(pwd)/.venv/torch_extensions}
-# build DeepSpeed's shared-memory comm op once, in one process (20 s to 2 min the first time, more on a loaded machine): two ranks
-# that both find an empty cache build it at the same time and can abort
-DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} .venv/bin/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null || true
+source launch/common.sh   # venv on PATH, DeepSpeed's op cache in .venv/torch_extensions, DS_ACCELERATOR
+tsm_setup_env
+tsm_prebuild_op           # one build of DeepSpeed's CPU comm op (20 s to 2 min the first time), not one per rank
 
 NPROC=${NPROC:-2}
 DATA=${TSM_DS_DATA:-../shared/data/videos}
@@ -33,7 +29,7 @@ else
   args+=(--img-size 64 --epochs 3 --batch-size 8 --micro-batch-size 4 --lr 0.02 --lr-steps 2)
 fi
 
-launcher=(deepspeed --num_gpus "$NPROC")
+launcher=(deepspeed --num_gpus "$NPROC" --master_port "${MASTER_PORT:-$(tsm_free_port)}")
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   CONFIG=${TSM_DS_CONFIG:-ds_configs/cpu_fp32.json}      # fp32 SGD runs on GPUs as well
 else

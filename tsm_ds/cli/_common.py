@@ -1,4 +1,5 @@
-"""Flags and helpers shared by the checkpoint commands (``tsm-ds eval``, ``predict``, ``export``)."""
+"""Flags and helpers shared by the commands: the checkpoint commands (``tsm-ds eval``, ``predict``,
+``export``) and the training flags of ``tsm_ds.train`` and ``tsm-ds config``."""
 from __future__ import annotations
 
 import argparse
@@ -45,6 +46,34 @@ def load_from_args(args: argparse.Namespace, prog: str) -> LoadedModel | None:
         return None
     args.img_size = resolve_img_size(args.img_size, loaded)
     return loaded
+
+
+def add_training_args(p: argparse.ArgumentParser) -> None:
+    """The training flags of ``tsm_ds.train`` and ``tsm-ds config``: ``--epochs``, ``--max-steps``,
+    ``--seed`` and one flag per engine-JSON key of :data:`tsm_ds.engine.config.FLAG_KEYS`
+    (``--batch-size``, ``--micro-batch-size``, ``--grad-accum``, ``--lr``, ``--weight-decay``,
+    ``--clip-grad``, ``--warmup-steps``, ``--lr-steps``; default None = not given), allowed only where
+    the JSON says "auto". Read the latter back with :func:`engine_flags`."""
+    t = p.add_argument_group("training (flags for engine-JSON keys are only allowed where the JSON says \"auto\")")
+    t.add_argument("--epochs", type=int, default=50)
+    t.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--batch-size", type=int, help="global batch (train_batch_size)")
+    t.add_argument("--micro-batch-size", type=int, help="clips per rank per micro-batch")
+    t.add_argument("--grad-accum", type=int, help="gradient_accumulation_steps")
+    t.add_argument("--lr", type=float, help="lr for the global batch (skips the scaling rule)")
+    t.add_argument("--weight-decay", type=float, help="default 1e-4")
+    t.add_argument("--clip-grad", type=float, help="gradient_clipping; default 20")
+    t.add_argument("--warmup-steps", type=int, help="linear warmup in optimizer steps; default 0")
+    t.add_argument("--lr-steps", type=float, nargs="+", help="step-decay epochs; default 20 40")
+
+
+def engine_flags(args: argparse.Namespace) -> dict:
+    """``{FLAG_KEYS name: value or None}`` of :func:`add_training_args`' engine-JSON flags, the
+    ``flags`` argument of :func:`tsm_ds.engine.config.resolve_config`."""
+    from tsm_ds.engine.config import FLAG_KEYS
+
+    return {k: getattr(args, k) for k in FLAG_KEYS}
 
 
 def add_view_args(p) -> None:

@@ -43,38 +43,95 @@ def set_threads() -> str:
     return f"{cores} cores / {local} local ranks: torch threads {n} (set OMP_NUM_THREADS to override)"
 
 
-def init_distributed(*, require_group: bool = True) -> tuple[int, int]:
+def init_distributed(*, require_group: bool = True, timeout_s: float | None = None) -> tuple[int, int]:
     """Join the process group: the one distributed set-up of training, evaluation and the benches.
 
-    Launched by ``deepspeed`` / ``torchrun`` (RANK, WORLD_SIZE, MASTER_* set) or mpirun (OMPI_*:
-    DeepSpeed discovers the ranks through mpi4py), it calls ``deepspeed.init_distributed`` with the
-    accelerator's backend (gloo on CPU, NCCL on CUDA) after pinning the rank to its LOCAL_RANK GPU,
-    and registers the /dev/shm clean-up (:func:`release_cpu_shm_at_exit`). A plain ``python`` run is
-    a world of one: with ``require_group`` (DeepSpeed engines need a group) it gets a one-rank group
-    on 127.0.0.1 and a free port; without, no group. A group made by the caller is used as it is.
+    Launched by ``deepspeed`` / ``torchrun`` (RANK, WORLD_SIZE, MASTER_* set), every rank joins the
+    fail-fast rendezvous of :mod:`tsm_ds.engine.rendezvous` (all ranks within ``timeout_s``, or
+    every rank stops naming the missing ranks and hosts), then the process group is built on its
+    store with the accelerator's backend (gloo on CPU, NCCL on CUDA, after pinning the rank to its
+    LOCAL_RANK GPU) and the same ``timeout_s`` for every collective, and ``deepspeed.init_distributed``
+    adopts it; the /dev/shm clean-up is registered (:func:`release_cpu_shm_at_exit`). mpirun
+    (OMPI_*, no RANK) goes through DeepSpeed's MPI discovery. A plain ``python`` run is a world of
+    one: with ``require_group`` (DeepSpeed engines need a group) it gets a one-rank group on
+    127.0.0.1 and a free port; without, no group. A group made by the caller is used as it is.
     Threads per rank are :func:`set_threads`'s business (call it first).
+
+    Args:
+        require_group: build a one-rank group for a plain ``python`` run.
+        timeout_s: rendezvous and collective limit in seconds (None: ``$TSM_DS_DIST_TIMEOUT``, else 300;
+            :func:`tsm_ds.engine.rendezvous.dist_timeout_s`).
 
     Returns:
         (rank, world size).
+
+    Raises:
+        tsm_ds.engine.rendezvous.RendezvousError: not every rank joined in time (the message names them).
+        ValueError: a bad timeout.
     """
+    from tsm_ds.engine.rendezvous import dist_timeout_s, rendezvous
+
     if dist.is_initialized():
         release_cpu_shm_at_exit()
         return dist.get_rank(), dist.get_world_size()
+    timeout = dist_timeout_s(timeout_s)
     world = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")
     if world <= 1 and not require_group:
         return 0, 1
     if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:   # a plain `python` run
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
+    import datetime
+
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
     acc = get_accelerator()
     if acc.device_name() == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    deepspeed.init_distributed(dist_backend=acc.communication_backend_name())
+    limit = datetime.timedelta(seconds=timeout)
+    if acc.device_name() == "cpu":
+        build_cpu_comm_op()
+    if "RANK" in os.environ:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        store = rendezvous(rank, world, addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                           port=int(os.environ.get("MASTER_PORT", "29500")), timeout_s=timeout)
+        kwargs = {}
+        if acc.device_name() == "cuda" and world > 1:   # as DeepSpeed's TorchBackend does
+            kwargs["device_id"] = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(acc.communication_backend_name(), store=store, rank=rank, world_size=world,
+                                timeout=limit, **kwargs)
+    deepspeed.init_distributed(dist_backend=acc.communication_backend_name(), timeout=limit)
     release_cpu_shm_at_exit()
     return dist.get_rank(), dist.get_world_size()
+
+
+def build_cpu_comm_op() -> None:
+    """Load DeepSpeed's CPU comm op, building it first if its cache is empty, one process per
+    machine at a time.
+
+    The local ranks of a node take an exclusive ``flock`` on ``$TORCH_EXTENSIONS_DIR/
+    tsm_ds_build.lock`` in turn: the first builds (20 s to 2 min here), the others load the cache.
+    Two ranks building into one empty cache at once can abort (measured in the first round). Call
+    before the rendezvous, so that the build is not counted against the collective timeout.
+    """
+    import fcntl
+
+    from deepspeed.comm.torch import build_shm_op
+
+    cache = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        lock = open(cache / "tsm_ds_build.lock", "a")
+    except OSError:   # a read-only cache: nothing to build into anyway
+        build_shm_op()
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            build_shm_op()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def device() -> torch.device:
@@ -116,6 +173,15 @@ def release_cpu_shm_at_exit() -> Path | None:
         _SHM_REGISTERED.add(path)
         atexit.register(path.unlink, missing_ok=True)
     return path
+
+
+def release_cpu_shm_now() -> list[Path]:
+    """Unlink the /dev/shm buffers registered by :func:`release_cpu_shm_at_exit` now, for a process
+    about to leave through ``os._exit`` (which skips ``atexit``: the hang watchdog). Returns them."""
+    paths = sorted(_SHM_REGISTERED)
+    for p in paths:
+        p.unlink(missing_ok=True)
+    return paths
 
 
 def launcher_command() -> list[str]:
