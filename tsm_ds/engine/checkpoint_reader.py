@@ -152,15 +152,65 @@ def strip_wrapper_prefixes(state: Mapping[str, Any]) -> dict[str, Any]:
     """``state`` with the wrapper prefixes (:data:`WRAPPER_PREFIXES`: ``module.`` of DataParallel /
     DeepSpeed, ``_orig_mod.`` of ``torch.compile``) removed, also nested (``module._orig_mod.``).
 
-    A prefix is removed only when every key has it (a wrapper prefixes all keys alike).
+    A leading prefix is removed only when every key has it (a wrapper prefixes all keys alike).
+    ``_orig_mod.`` is also removed where it stands inside a key (``base_model._orig_mod.conv1.weight``:
+    a submodule compiled with ``torch.compile``): no real module is named so.
     """
-    state = dict(state)
+    state = {re.sub(r"\._orig_mod(?=\.)", "", k): v for k, v in state.items()}
     while state:
         pre = next((p for p in WRAPPER_PREFIXES if all(k.startswith(p) for k in state)), None)
         if pre is None:
             break
         state = {k[len(pre):]: v for k, v in state.items()}
     return state
+
+
+#: components that name a real part of a TSM model, not a wrapper: ``net`` is the official shift
+#: wrapper of the ``block`` placement (``layer1.0.net.conv1``), a different architecture
+_ARCH_COMPONENTS = frozenset({"net"})
+
+
+def wrapper_mismatch_cause(file_keys, model_keys) -> str | None:
+    """Why the keys of a checkpoint do not match a model's when a wrapper is to blame, in words.
+
+    Looks for one dotted component (``model.``, ``module.``, ``backbone.``, ...) that the file's
+    unmatched keys carry and the model's lack (or the other way round), at the start or inside the
+    key: removing it must turn at least half of the unmatched keys into matches. ``net`` is not
+    considered (the ``block`` shift placement's own module, see :data:`_ARCH_COMPONENTS`).
+
+    Args:
+        file_keys, model_keys: the state-dict keys of the file (after
+            :func:`strip_wrapper_prefixes`) and of the model.
+
+    Returns:
+        One sentence naming the component, an example key and the fix; None when no such
+        component explains the mismatch (wrong architecture, another head size...).
+    """
+    fk, mk = set(file_keys), set(model_keys)
+    for extra_in, other, side in ((fk - mk, mk - fk, "file"), (mk - fk, fk - mk, "model")):
+        if not extra_in or not other:
+            continue
+        hits: dict[tuple[int, str], list[str]] = {}
+        for k in extra_in:
+            parts = k.split(".")
+            for i in range(len(parts) - 1):
+                if parts[i] in _ARCH_COMPONENTS:
+                    continue
+                if ".".join(parts[:i] + parts[i + 1:]) in other:
+                    hits.setdefault((i, parts[i]), []).append(k)
+        if not hits:
+            continue
+        (pos, comp), keys = max(hits.items(), key=lambda kv: len(kv[1]))
+        if 2 * len(keys) < len(other):
+            continue
+        where = "start with" if pos == 0 else "carry inside"
+        fix = (f"load with the '{comp}.' component removed from every key (tsm_ds strips 'module.' and "
+               "'_orig_mod.' itself; other wrappers: save model.state_dict() of the bare model)"
+               if side == "file" else f"the model has a '{comp}' wrapper the checkpoint was saved without: load "
+               "into the bare model")
+        return (f"the {side}'s keys {where} an extra '{comp}.' ({len(keys)} keys, e.g. {sorted(keys)[0]!r}): a "
+                f"wrapper module's name, not a different architecture; {fix}")
+    return None
 
 
 # ------------------------------------------------------------------------------ plain values

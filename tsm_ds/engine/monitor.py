@@ -9,8 +9,10 @@ Tags (all per optimizer step unless said otherwise):
 - ``perf/clips_per_s`` (global clips per second of wall time), ``time/data_wait_s``,
   ``time/compute_s``, ``time/comm_s`` (seconds per optimizer step, mean over ranks; comm is the
   gradient all-reduce timed on its own, including the wait for the slowest rank)
-- ``train/skipped_steps`` (fp16 overflow, cumulative), ``data/bad_videos`` (cumulative count of
-  unreadable files replaced by the loader), ``comm/<key>`` (compressor statistics)
+- ``train/skipped_steps`` (fp16 overflow, cumulative), ``data/bad_videos`` (distinct unreadable
+  files of the run, over DataLoader workers and ranks: :mod:`tsm_ds.data.bad_videos`),
+  ``data/bad_video_encounters`` (cumulative replaced samples: a file that fails every epoch counts
+  every time), ``comm/<key>`` (compressor statistics)
 """
 from __future__ import annotations
 

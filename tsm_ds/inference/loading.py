@@ -101,10 +101,12 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
             match the outputs.
         tsm_ds.models.weights.CheckpointError: the weights do not fit the rebuilt model (official
             file vs. its name, or overrides such as ``num_classes`` that change shapes); the message
-            lists missing, unexpected and mismatched keys.
+            lists missing, unexpected and mismatched keys, and names a wrapper module's prefix left
+            in the keys (``model.``, ``net.``) as the cause when that explains them
+            (``module.`` and ``_orig_mod.``, also inside keys, are stripped by the reader).
     """
-    from tsm_ds.engine.checkpoint_reader import read_checkpoint
-    from tsm_ds.models.weights import load_exact
+    from tsm_ds.engine.checkpoint_reader import read_checkpoint, wrapper_mismatch_cause
+    from tsm_ds.models.weights import CheckpointError, load_exact
 
     contents = read_checkpoint(path, official_overrides=overrides)
     if not contents.model_config:
@@ -114,7 +116,13 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
                "save it with tsm_ds.engine.checkpoint.export_model, or, for an official TSM checkpoint that "
                "was renamed, pass arch= and num_classes= (--arch, --num-classes)"))
     model = _build(contents.model_config, overrides)
-    load_exact(model, contents.state_dict, contents.path)
+    try:
+        load_exact(model, contents.state_dict, contents.path)
+    except CheckpointError as e:   # a wrapper's name left in the keys: say so, not "another architecture"
+        cause = wrapper_mismatch_cause(contents.state_dict, model.state_dict())
+        if cause is None or "cause:" in str(e):   # load_exact named an architecture cause already
+            raise
+        raise CheckpointError(f"{e}\n  cause: {cause}") from None
     config = dict(getattr(model, "config", {}) or {})
     num_classes = int(config.get("num_classes") or _num_outputs(model))
     notes: list[str] = []

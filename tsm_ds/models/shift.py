@@ -41,6 +41,13 @@ Two implementations of one definition
   convolution runs, the input tensor briefly holds shifted values; nothing else may read it
   concurrently (autograd runs one backward node at a time per device, so this holds in training).
   It does not support double backward.
+
+  Channels-last activations (``--channels-last``): the (N*T, C, H, W) tensor still views as
+  (N, T, C, H, W) (time is the outermost dimension in both layouts), so the same in-place copies
+  run, on strided channel slices; the shifted values are bit-identical to the reference and the
+  convolution sees a channels-last input (tests/models/test_shift.py). The reference path returns
+  a contiguous tensor (``torch.cat``); :class:`ShiftConv2d` and :class:`TemporalShift` put it back
+  in channels-last (one copy) so that the network keeps its layout after a fallback shift.
 """
 from __future__ import annotations
 
@@ -289,6 +296,15 @@ class _ShiftConv2dFn(torch.autograd.Function):
         return gx, gw, gb, None, None, None, None, None, None, None
 
 
+def _same_format(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``y`` (the out-of-place shift of ``x``, always contiguous: ``torch.cat``) in ``x``'s layout when
+    ``x`` is channels-last, so that a channels_last network stays so after a fallback shift
+    (``--channels-last`` under autocast or compile); otherwise ``y`` itself."""
+    if (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()):
+        return y.contiguous(memory_format=torch.channels_last)
+    return y
+
+
 def _can_view5(x: torch.Tensor, n: int, t: int) -> bool:
     try:
         x.data.view(n, t, *x.shape[1:])
@@ -344,7 +360,7 @@ class ShiftConv2d(nn.Conv2d):
                 and not isinstance(self.padding, str) and _can_view5(x, n, t)):
             return _ShiftConv2dFn.apply(x, self.weight, self.bias, n, t, moves, self.stride,
                                         self.padding, self.dilation, self.groups)
-        return super().forward(temporal_shift(x, self.num_segments, self.shift_div, self.online))
+        return super().forward(_same_format(x, temporal_shift(x, self.num_segments, self.shift_div, self.online)))
 
 
 class TemporalShift(nn.Module):
@@ -371,7 +387,7 @@ class TemporalShift(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.stream is not None:
             return self.net(self.stream.shift(x, x.shape[1] // self.shift_div))
-        return self.net(temporal_shift(x, self.num_segments, self.shift_div, self.online))
+        return self.net(_same_format(x, temporal_shift(x, self.num_segments, self.shift_div, self.online)))
 
 
 class StreamState:

@@ -7,11 +7,14 @@ timestamp fallback) are reported once per (file, kind) per process by :func:`war
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 import warnings
 
-__all__ = ["VideoError", "VideoOpenError", "NoVideoStreamError", "VideoDecodeError", "warn_once"]
+__all__ = ["VideoError", "VideoOpenError", "NoVideoStreamError", "VideoDecodeError", "warn_once",
+           "check_readable_file"]
 
 
 class VideoError(Exception):
@@ -33,6 +36,44 @@ class NoVideoStreamError(VideoError):
 
 class VideoDecodeError(VideoError):
     """The video stream yields no decodable frame (or no packet at all)."""
+
+
+def _stat_reason(path: str, e: OSError) -> str:
+    """Why ``os.stat(path)`` failed, in words; the errno name is kept for searching the logs."""
+    code = errno.errorcode.get(e.errno or 0, str(e.errno))
+    if e.errno == errno.ENOENT:
+        if os.path.islink(path):
+            return (f"broken symbolic link (ENOENT: its target {os.readlink(path)!r} does not exist)")
+        return "file not found (ENOENT; check the list file's paths and the data root)"
+    if e.errno == errno.ELOOP:
+        return ("symbolic link loop (ELOOP: too many levels of symbolic links; a link points back to "
+                "itself or to another link of the chain)")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied ({code}: the training user cannot read the file or a folder above it)"
+    if e.errno == errno.ENOTDIR:
+        return "a component of the path is a file, not a folder (ENOTDIR)"
+    return f"cannot stat the file ({code}: {e.strerror})"
+
+
+def check_readable_file(path: str | os.PathLike) -> os.stat_result:
+    """``os.stat(path)`` of a regular file, or :class:`VideoOpenError` with the real reason.
+
+    The reason names the cause and its errno: a missing file (ENOENT), a broken symbolic link (its
+    target), a symbolic link loop (ELOOP, not "file not found"), permission denied (EACCES), a
+    path through a file (ENOTDIR), or a path that is not a regular file (a folder, a FIFO).
+
+    Raises:
+        VideoOpenError: as above; ``path`` and ``reason`` name the problem.
+    """
+    path = str(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise VideoOpenError(path, _stat_reason(path, e)) from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise VideoOpenError(path, f"{kind}, not a video file")
+    return st
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 
 from tsm_ds.utils.io import atomic_path
 
-from .errors import NoVideoStreamError, VideoDecodeError, VideoOpenError, warn_once
+from .errors import NoVideoStreamError, VideoDecodeError, VideoOpenError, check_readable_file, warn_once
 from .frames import frame_folder_count, is_frame_folder
 
 __all__ = ["VideoIndex", "build_index", "get_index", "count_frames", "set_index_cache_dir",
@@ -95,11 +95,6 @@ class VideoIndex:
         return int(self.key_pos[k]), int(self.key_pts[k])
 
 
-def _file_key(path: str) -> tuple[str, int, int]:
-    st = os.stat(path)
-    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-
-
 _index_cache: OrderedDict[tuple[str, int, int], VideoIndex] = OrderedDict()
 #: most frame indexes kept in this process (least recently used dropped first; a dropped one is
 #: rebuilt by one demux pass, or read from the on-disk cache)
@@ -146,8 +141,7 @@ def open_video(path: str):
     """
     import av
 
-    if not os.path.isfile(path):
-        raise VideoOpenError(path, "file not found (check the list file's paths and the data root)")
+    check_readable_file(path)   # the real reason: ENOENT, ELOOP, EACCES, a folder
     try:
         return av.open(path, metadata_errors="ignore")
     except Exception as e:  # av.FFmpegError, UnicodeDecodeError, OSError, ...
@@ -229,14 +223,12 @@ def get_index(path: str | os.PathLike) -> VideoIndex:
     the same key.
 
     Raises:
-        VideoOpenError (file not found), and what :func:`build_index` raises.
+        VideoOpenError (file not found, symbolic link loop, ...: :func:`~.errors.check_readable_file`),
+        and what :func:`build_index` raises.
     """
     path = str(path)
-    try:
-        key = _file_key(path)
-    except OSError:
-        raise VideoOpenError(path, "file not found (check the list file's paths and the data root)"
-                             ) from None
+    st = check_readable_file(path)   # VideoOpenError with the real reason (ENOENT, ELOOP, ...)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
     idx = _index_cache.get(key)
     if idx is not None:
         _index_cache.move_to_end(key)
