@@ -86,10 +86,10 @@ def _bars(rows: Sequence[dict[str, Any]], cols: Sequence[str], title: str, ylabe
     if len(cols) > 1:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
-def _save(fig, out: Path) -> Path:
+def save_figure(fig, out: Path) -> Path:
     """Write ``fig`` to the PNG ``out`` atomically and close it; returns ``out``."""
     try:
         with atomic_path(out, suffix=".png") as tmp:   # matplotlib picks the format by extension
@@ -133,7 +133,7 @@ def plot_models(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | 
         ax.set_title(col.split("_")[0] + " throughput (median; ratio to TSM)")
         ax.margins(y=0.15)
     fig.tight_layout()
-    return _save(fig, Path(out))
+    return save_figure(fig, Path(out))
 
 
 def plot_loader(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
@@ -175,7 +175,7 @@ def plot_loader(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | 
     ax.set_title("Clip loader comparison (median of interleaved repetitions)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, Path(out))
+    return save_figure(fig, Path(out))
 
 
 def plot_comm(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
@@ -204,7 +204,7 @@ def plot_comm(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | No
             ax.set_yscale("log")
         ax.set_title("Gradient bytes per step" if i == 0 else "Time per step (median)")
     fig.tight_layout()
-    return _save(fig, Path(out))
+    return save_figure(fig, Path(out))
 
 
 def plot_scaling(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | None:
@@ -257,7 +257,7 @@ def plot_scaling(json_path: str | os.PathLike, out: str | os.PathLike) -> Path |
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, Path(out))
+    return save_figure(fig, Path(out))
 
 
 #: plot name -> (input JSON, function, output PNG)

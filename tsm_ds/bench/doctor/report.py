@@ -1,0 +1,152 @@
+"""The doctor's outputs under ``--out``: ``doctor.json``, ``doctor.md``, ``doctor.png``.
+
+``doctor.json``::
+
+    {"schema": "tsm_ds.doctor/1", "created": "2026-...Z", "settings": {...}, "machine": {...},
+     "sections": {name: section dict (core.section_result's schema), ...},   # run order
+     "failed": [names of failed sections], "exit_status": 0 | 1}
+
+``doctor.md`` renders the verdict and its advice first, then every section from the schema alone
+(summary, table of ``rows``, notes), so sections added later need no change here. ``doctor.png``:
+clips/s per device of every measured capacity (compute variants, loader worker counts, the
+re-encoded sample, the whole pipeline, compute + all-reduce), log scale, the verdict as title.
+All files are written atomically (:mod:`tsm_ds.utils.io`).
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from tsm_ds.utils.io import atomic_write_text, machine_info, markdown_table
+
+__all__ = ["SCHEMA", "build_report", "write_report", "markdown", "plot"]
+
+SCHEMA = "tsm_ds.doctor/1"
+
+
+def build_report(settings: dict[str, Any], sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``doctor.json`` payload (module docstring) from the settings and the sections' dicts."""
+    failed = [n for n, s in sections.items() if s.get("status") == "failed"]
+    return {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "settings": settings, "machine": machine_info(), "sections": sections, "failed": failed,
+            "exit_status": 1 if failed else 0}
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """``doctor.md``'s text (see the module docstring)."""
+    secs = report["sections"]
+    s = report["settings"]
+    lines = ["# tsm-ds doctor", "",
+             f"{report['created']}; {report['machine'].get('platform')}; model {s.get('arch')} "
+             f"{s.get('num_segments')}x{s.get('img_size')}, recipe {s.get('recipe')}"
+             + ("; quick" if s.get("quick") else ""), ""]
+    v = secs.get("verdict")
+    if v:
+        lines += ["## Verdict", "", f"**{v['summary']}**", ""]
+        lines += [f"- {a['text']}" for a in v["values"].get("advice", [])] + [""]
+    if report["failed"]:
+        lines += [f"**Failed checks: {', '.join(report['failed'])}** (exit status 1)", ""]
+    for name, sec in secs.items():
+        if name == "verdict":
+            continue
+        lines += [f"## {sec['title']} ({sec['status']}, {sec.get('seconds')} s)", "", sec["summary"], ""]
+        if sec.get("error"):
+            lines += [f"Error: `{sec['error']}`", ""]
+        if sec["rows"]:
+            cols = list(dict.fromkeys(k for r in sec["rows"] for k in r if _scalar(r.get(k))))
+            lines += [markdown_table(sec["rows"], cols)]
+        lines += [f"- note: {n}" for n in sec["notes"]]
+        vals = {k: x for k, x in sec["values"].items() if _scalar(x)}
+        if vals:
+            lines += ["", "<details><summary>values</summary>", "",
+                      *[f"- {k}: {f'{x:.4g}' if isinstance(x, float) else x}" for k, x in vals.items()],
+                      "", "</details>"]
+        lines += [""]
+    if report.get("plot"):
+        lines += ["![clips/s per device](doctor.png)", ""]
+    return "\n".join(lines)
+
+
+def _bars(report: dict[str, Any]) -> list[tuple[str, float, str]]:
+    """(label, clips/s per device, kind) of every measured capacity."""
+    secs = report["sections"]
+    out = []
+    comp = secs.get("compute", {})
+    if comp.get("status") == "ok":
+        for r in comp["rows"]:
+            out.append((f"compute {r['variant']} ({r['precision']})", r["clips_per_s"], "compute"))
+    data = secs.get("data", {})
+    if data.get("status") == "ok":
+        for r in data["rows"]:
+            kind = "pipeline" if r["measure"].startswith("pipeline") else "data"
+            if kind == "pipeline":
+                label = f"pipeline: loader ({r['workers']} workers) + training"
+            elif r["measure"].startswith("re-encoded"):
+                label = "re-encoded sample, 1 thread"
+            else:
+                w = r["workers"]
+                label = f"loader, {w} worker{'s' if w > 1 else ''}" if w else "loader, 1 thread in process"
+            out.append((label, r["clips_per_s"], kind))
+    ver = secs.get("verdict", {}).get("values", {})
+    if secs.get("communication", {}).get("status") == "ok" and ver.get("compute_comm_clips_per_s"):
+        out.append(("compute + all-reduce", ver["compute_comm_clips_per_s"], "communication"))
+    return [b for b in out if isinstance(b[1], (int, float)) and b[1] > 0]
+
+
+def plot(report: dict[str, Any], out: str | Path) -> Path | None:
+    """``doctor.png`` (module docstring); None when nothing was measured."""
+    bars = _bars(report)
+    if not bars:
+        return None
+    import matplotlib
+    import matplotlib.ticker
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tsm_ds.bench.plots import save_figure
+
+    colors = {"compute": "tab:blue", "data": "tab:orange", "pipeline": "tab:green", "communication": "tab:red"}
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(bars) + 1.6))
+    ys = range(len(bars))
+    ax.barh(list(ys), [b[1] for b in bars], color=[colors[b[2]] for b in bars])
+    for y, b in zip(ys, bars):
+        ax.text(b[1], y, f" {b[1]:.3g}", va="center", fontsize=8)
+    ax.set_yticks(list(ys), [b[0] for b in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlim(min(b[1] for b in bars) / 2, max(b[1] for b in bars) * 3)
+    ax.set_xlabel("clips/s per device (log scale)")
+    title = report["sections"].get("verdict", {}).get("summary", "tsm-ds doctor")
+    ax.set_title("\n".join(textwrap.wrap(title, 90)[:3]), fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, Path(out))
+
+
+def write_report(report: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write doctor.json, doctor.png (when something was measured) and doctor.md into ``out_dir``.
+
+    Returns:
+        {"json": path, "md": path, "png": path or absent}.
+
+    Raises:
+        OSError: ``out_dir`` is not writable.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    png = plot(report, out / "doctor.png")
+    if png is not None:
+        paths["png"] = png
+    paths["json"] = atomic_write_text(out / "doctor.json", json.dumps(report, indent=2, default=str) + "\n")
+    md = markdown({**report, "plot": png is not None})
+    paths["md"] = atomic_write_text(out / "doctor.md", md + "\n")
+    return paths
