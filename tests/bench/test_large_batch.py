@@ -1,0 +1,186 @@
+"""tsm-ds bench large-batch: the grid (batches, accumulation, the lr of every run by its rule), the
+read-back of each run's files, the verdicts, and --quick end to end through tsm_ds.train."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tsm_ds.bench.large_batch import (QUICK, RECIPES, StudySettings, aggregate, choose_lr, plan_grid, plan_sweep,
+                                      read_run, verdicts, warmup_steps_for)
+from tsm_ds.engine.config import load_config, resolve_config
+
+
+def test_full_study_sizes_follow_the_issue():
+    s = StudySettings()
+    s.check()
+    assert s.base_batch == s.micro_batch == 8 and s.batches[-1] == 128
+    assert s.train_clips % s.batches[-1] == 0
+    clips = s.epochs * s.train_clips
+    assert clips // s.batches[-1] >= 50 == s.min_steps            # the largest batch: >= 50 optimizer steps
+    assert all(clips % b == 0 for b in s.batches)                  # the same clips at every batch
+    assert 1 <= len(s.sgd_lrs) <= 4 and len(s.seeds) >= 2
+    assert [warmup_steps_for(s, b) for b in s.batches] == [80, 20, 5]   # 10 % of 800 / 200 / 50 steps
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(batches=(8, 12)), "multiples of the micro-batch"),
+    (dict(batches=(32, 8)), "ascending"),
+    (dict(train_per_class=100), "multiple of the largest batch"),
+    (dict(sgd_lrs=(0.1, 0.2, 0.3, 0.4, 0.5)), "1 to 4"),
+    (dict(num_frames=4), "must exceed"),
+])
+def test_bad_settings_are_refused(change, match):
+    import dataclasses
+
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(StudySettings(), **change).check()
+
+
+def test_grid_runs_and_the_lr_every_run_resolves_to(tmp_path):
+    s = StudySettings()
+    sweep = plan_sweep(s, tmp_path)
+    grid = plan_grid(s, tmp_path, 0.01)
+    assert [x.base_lr for x in sweep] == list(s.sgd_lrs) and {x.batch for x in sweep} == {8}
+    names = [x.name for x in grid]
+    assert len(names) == len(set(names)) == 18
+    assert len(set(names) | {x.name for x in sweep}) == 20         # the chosen sweep run is a grid run
+    shared = [x for x in grid if x.recipes == ("sgd_fixed", "sgd_linear")]
+    assert [(x.batch, x.seed) for x in shared] == [(8, 0), (8, 1)]
+    assert {(x.batch, x.seed) for x in grid if x.recipes == ("lars",)} == {(8, 0), (8, 1), (32, 0), (128, 0), (128, 1)}
+    rules = {"none": lambda b: 1.0, "linear": lambda b: b / 8, "sqrt": lambda b: math.sqrt(b / 8)}
+    for spec in grid:
+        raw = load_config(spec.recipe_file)
+        ds, tsm, _, spe = resolve_config(raw, world_size=1, train_samples=s.train_clips, epochs=s.epochs,
+                                         flags={"batch_size": spec.batch, "micro_batch_size": 8,
+                                                "warmup_steps": warmup_steps_for(s, spec.batch)})
+        assert ds["train_micro_batch_size_per_gpu"] == 8 and ds["gradient_accumulation_steps"] == spec.batch // 8
+        assert spe * s.epochs * spec.batch == s.epochs * s.train_clips
+        recipe = RECIPES[spec.recipes[-1]]
+        opt = tsm.get("optimizer") or ds["optimizer"]
+        rule = "none" if spec.batch == 8 else recipe.rule
+        assert opt["params"]["lr"] == pytest.approx(spec.base_lr * rules[rule](spec.batch))
+        assert tsm["lr_schedule"]["type"] == "cosine"
+        # only tsm_ds.lr_scaling differs from the shipped recipe
+        shipped = load_config(recipe.template)
+        for k in set(raw) | set(shipped):
+            if k not in ("_comment", "tsm_ds"):
+                assert raw[k] == shipped[k]
+        assert {k: v for k, v in raw["tsm_ds"].items() if k != "lr_scaling"} == \
+               {k: v for k, v in shipped["tsm_ds"].items() if k != "lr_scaling"}
+    with pytest.raises(ValueError, match="lr chosen"):
+        plan_grid(s, tmp_path, None)
+    assert {x.recipes for x in plan_grid(s, tmp_path, None, ("lars", "lamb"))} == {("lars",), ("lamb",)}
+
+
+def _write_run(run_dir: Path, result: dict | None, *, batch=32, accum=4, lr=0.04):
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({
+        "resolved_ds_config": {"train_batch_size": batch, "train_micro_batch_size_per_gpu": batch // accum,
+                               "gradient_accumulation_steps": accum, "optimizer": {"params": {"lr": lr}}},
+        "resolved_tsm_ds": {"lr_schedule": {"warmup_steps": 3}}, "world_size": 1, "total_steps": 40,
+        "auto_filled": {"optimizer.params.lr": f"{lr} (linear rule)"},
+        # the trainer records the groups after the schedule's first step: the first warm-up lr, not the lr
+        "param_groups": [{"name": "fc", "lr": lr * 5 / 3, "lr_mult": 5.0}, {"name": "base", "lr": lr / 3, "lr_mult": 1.0}]}))
+    if result is not None:
+        (run_dir / "result.json").write_text(json.dumps(result))
+
+
+def test_read_run_completed_diverged_and_failed(tmp_path):
+    _write_run(tmp_path / "a", {"status": "completed", "steps": 40, "val_top1": 91.5, "best_val_top1": 92.0,
+                                "val_clips": 200})
+    r = read_run(tmp_path / "a")
+    assert (r["status"], r["global_batch"], r["micro_batch"], r["accum"], r["lr"]) == ("completed", 32, 8, 4, 0.04)
+    assert (r["steps"], r["clips_seen"], r["val_top1"], r["warmup_steps"], r["planned_steps"]) == (40, 1280, 91.5, 3, 40)
+    _write_run(tmp_path / "d", {"status": "diverged", "step": 7, "reason": "loss nan"})
+    r = read_run(tmp_path / "d")
+    assert (r["status"], r["diverged_at"], r["steps"], r["val_top1"], r["reason"]) == ("diverged", 7, 7, None, "loss nan")
+    _write_run(tmp_path / "f", None)
+    assert read_run(tmp_path / "f")["status"] == "failed"
+    _write_run(tmp_path / "s", {"status": "save_failed", "error": "disk full"})
+    assert read_run(tmp_path / "s")["status"] == "failed"
+
+
+def _row(recipe, batch, seed, top1, status="completed", step=None):
+    return {"name": f"{recipe}_{batch}_{seed}", "recipes": [recipe], "batch": batch, "seed": seed, "status": status,
+            "val_top1": top1, "diverged_at": step, "micro_batch": 8, "accum": batch // 8, "lr": 0.01,
+            "warmup_steps": 1, "steps": 6400 // batch, "wall_s": 10.0}
+
+
+def test_points_and_verdicts():
+    rows = [_row("sgd_linear", 8, 0, 95.0), _row("sgd_linear", 8, 1, 91.0), _row("sgd_linear", 32, 0, 89.5),
+            _row("sgd_linear", 128, 0, 80.0), _row("sgd_linear", 128, 1, 30.0, "diverged", 12),
+            _row("lamb", 8, 0, 90.0), _row("lamb", 8, 1, 90.5), _row("lamb", 32, 0, 89.5),
+            _row("lamb", 128, 0, 89.0), _row("lamb", 128, 1, 88.0),
+            _row("lars", 8, 0, 27.0), _row("lars", 128, 0, 26.0)]
+    pts = aggregate(rows, ["sgd_linear", "lamb", "lars"], [8, 32, 128])
+    p8 = pts[0]
+    assert (p8["batch"], p8["mean_top1"], p8["spread"], p8["val_top1"]) == (8, 93.0, 4.0, [95.0, 91.0])
+    p128 = pts[2]
+    assert p128["val_top1"] == [80.0, None] and p128["diverged"] == ["seed 1: step 12"] and p128["mean_top1"] == 80.0
+    v = verdicts(pts, 8, chance=25.0)
+    # sgd_linear: tolerance = its largest seed spread (4 points): 89.5 >= 93 - 4 holds; 128 has a diverged seed
+    assert v["sgd_linear"]["tolerance"] == 4.0
+    assert (v["sgd_linear"]["holds"], v["sgd_linear"]["breaks"], v["sgd_linear"]["holds_up_to"]) == ([8, 32], [128], 32)
+    assert v["lamb"]["breaks"] == [] and v["lamb"]["tolerance"] == 2.0   # spreads 0.5 / 1.0: the 2-point floor
+    assert not v["lars"]["learned_at_base"] and v["lars"]["holds"] == []
+
+
+def test_choose_lr():
+    rows = [{"base_lr": 0.003, "status": "completed", "val_top1": 90.0, "best_val_top1": 90.0},
+            {"base_lr": 0.01, "status": "completed", "val_top1": 94.0, "best_val_top1": 95.0},
+            {"base_lr": 0.03, "status": "diverged", "val_top1": None, "best_val_top1": None}]
+    assert choose_lr(rows)[0] == 0.01
+    rows[0]["val_top1"], rows[0]["best_val_top1"] = 94.0, 95.0          # a tie: the smaller lr
+    assert choose_lr(rows)[0] == 0.003
+    lr, why = choose_lr([dict(r, status="diverged") for r in rows])
+    assert lr == 0.003 and "no sweep run completed" in why
+
+
+def test_cli_options(tmp_path):
+    from tsm_ds.cli.bench_large_batch import build_parser, main, settings_from
+
+    s = settings_from(build_parser().parse_args(["--quick", "--sgd-lrs", "0.1,0.2", "--seeds", "3", "--no-cache"]))
+    assert s.batches == QUICK.batches and s.sgd_lrs == (0.1, 0.2) and s.seeds == (3,) and not s.cache_decoded
+    assert main(["--recipes", "sgd_linear,adam", "--out-dir", str(tmp_path)]) == 2
+    assert main(["--batches", "8,20", "--out-dir", str(tmp_path)]) == 2
+    assert not any(tmp_path.iterdir())                                  # refused before any work
+
+
+@pytest.mark.slow
+def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
+    """--quick with (a), (b) and a LARS lr far too large: 5 runs of tsm_ds.train. Checks each run's
+    batch, accumulation and lr as read back from its config.json, the same clips at every batch,
+    and a diverged run reported as a result, not a failure."""
+    from tsm_ds.cli.bench_large_batch import main
+
+    out = tmp_path / "lb"
+    code = main(["--quick", "--recipes", "sgd_fixed,sgd_linear,lars", "--lars-base-lr", "1e4", "--out-dir", str(out)])
+    assert code == 0, capsys.readouterr().err
+    rep = json.loads((out / "large_batch.json").read_text())
+    assert rep["sgd_lr"] == QUICK.sgd_lrs[0] and len(rep["sweep"]) == 1
+    rows = {r["name"]: r for r in rep["rows"]}
+    assert set(rows) == {"sgd_lr0.01_b2_s0", "sgd_fixed_b8_s0", "sgd_linear_b8_s0", "lars_b2_s0", "lars_b8_s0"}
+    assert rows["sgd_lr0.01_b2_s0"]["recipes"] == ["sgd_fixed", "sgd_linear"]
+    expect_lr = {"sgd_lr0.01_b2_s0": 0.01, "sgd_fixed_b8_s0": 0.01, "sgd_linear_b8_s0": 0.04,
+                 "lars_b2_s0": 1e4, "lars_b8_s0": 4e4}
+    for name, r in rows.items():
+        cfg = json.loads((out / "runs" / name / "config.json").read_text())
+        assert cfg["resolved_ds_config"]["train_batch_size"] == r["global_batch"] == r["batch"]
+        assert r["micro_batch"] == 2 and r["accum"] == r["batch"] // 2 and r["world_size"] == 1
+        assert r["lr"] == pytest.approx(expect_lr[name])
+        assert r["planned_steps"] == 16 // r["batch"]
+        assert not (out / "runs" / name / "checkpoints").exists()      # deleted after the run
+        if name.startswith("lars"):
+            assert r["status"] == "diverged" and r["exit_code"] == 3 and 1 <= r["diverged_at"] <= r["planned_steps"]
+        else:
+            assert r["status"] == "completed" and r["clips_seen"] == 16 and r["steps"] == 16 // r["batch"]
+            assert r["val_clips"] == 4
+    md = (out / "large_batch.md").read_text()
+    assert "diverged at" in md and (out / "large_batch.png").stat().st_size > 0
+    # a second call reuses every recorded run
+    assert main(["--quick", "--recipes", "sgd_fixed,sgd_linear,lars", "--lars-base-lr", "1e4",
+                 "--out-dir", str(out)]) == 0
+    assert json.loads((out / "large_batch.json").read_text())["rows"] == rep["rows"]

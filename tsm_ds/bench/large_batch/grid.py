@@ -1,0 +1,230 @@
+"""The study's settings, its four recipes and its run grid (what runs, with which engine JSON).
+
+Every run trains TSM on the motion demo data through ``tsm_ds.train`` at world size 1; the global
+batch is the fixed micro-batch x gradient accumulation (BatchNorm sees the same micro-batch at
+every global batch, as the paper's 8 clips per GPU), and every run sees the same number of clips
+(``epochs`` x training clips), so a run at batch B makes 1/B as many optimizer steps.
+
+Recipes (each an engine JSON derived from a shipped recipe, written into ``<out>/recipes/``, in
+which only ``tsm_ds.lr_scaling`` is set; the trainer's ``"auto"`` lr then applies the rule):
+
+- ``sgd_fixed`` (a): SGD momentum 0.9 (``ds_configs/cpu_sgd_cosine.json``), the lr chosen at the
+  base batch from ``sgd_lrs`` (at most 4, every one a full run, counted), rule ``none``.
+- ``sgd_linear`` (b): the same optimizer and base lr, linear rule (Goyal et al. 2017, Sec. 2.1).
+- ``lars`` (c): ``ds_configs/cpu_lars.json`` (timm LARS, trust coefficient 0.001), its linear rule
+  from ``lars_base_lr`` at the base batch (You, Gitman, Ginsburg 2017).
+- ``lamb`` (d): ``ds_configs/cpu_lamb.json`` (timm LAMB), its square-root rule from
+  ``lamb_base_lr`` (You et al. 2020, Sec. 4).
+
+All four use the same cosine decay with a linear warm-up over ``warmup_fraction`` of each run's
+optimizer steps (Goyal et al.'s gradual warm-up is counted in epochs, i.e. in clips; here the same
+fraction of the same clips at every batch). At the base batch (a) and (b) are the same run (same
+lr, same schedule), run once and reported under both.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RECIPES", "Recipe", "StudySettings", "QUICK", "RunSpec", "plan_sweep", "plan_grid",
+           "write_recipe", "warmup_steps_for"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One of the four recipes: ``template`` (a shipped recipe name), ``rule`` (``none``,
+    ``linear``, ``sqrt``: :func:`tsm_ds.engine.config.scaled_lr`), ``label`` (for tables)."""
+
+    template: str
+    rule: str
+    label: str
+
+
+RECIPES: dict[str, Recipe] = {
+    "sgd_fixed": Recipe("cpu_sgd_cosine", "none", "(a) SGD, lr tuned at the base batch, no scaling"),
+    "sgd_linear": Recipe("cpu_sgd_cosine", "linear", "(b) SGD, linear rule + warm-up"),
+    "lars": Recipe("cpu_lars", "linear", "(c) LARS, linear rule + warm-up"),
+    "lamb": Recipe("cpu_lamb", "sqrt", "(d) LAMB, square-root rule + warm-up"),
+}
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """Size and recipe values of a study (the defaults are the full study).
+
+    Attributes:
+        batches: global batches, ascending; the first is the base batch (lrs are chosen there).
+        micro_batch: clips per micro-batch (every batch must be a multiple of it).
+        min_steps: optimizer steps the largest batch must get at least (sets the epochs).
+        train_per_class, val_per_class: demo clips per class (the training set must be a
+            multiple of the largest batch); num_frames, size, speed, radius: demo videos (frames,
+            pixels, pixels per frame, pixels); data_seed: the dataset's seed.
+        arch, num_segments (T), img_size (crop side, pixels), shift_div, dropout: the model.
+        warmup_fraction: linear warm-up length as a fraction of each run's optimizer steps.
+        sgd_lrs: the lrs tried at the base batch for (a) / (b) (at most 4).
+        lars_base_lr, lamb_base_lr: (c) / (d) lr at the base batch (chosen in the pilot).
+        seeds: training seeds; every seed runs at the base and the largest batch, the first one
+            at every batch.
+        parallel: runs at a time; threads: OMP threads per run; num_workers: DataLoader workers;
+        cache_decoded: train.py ``--cache-decoded``.
+    """
+
+    batches: tuple[int, ...] = (8, 32, 128)
+    micro_batch: int = 8
+    min_steps: int = 50
+    train_per_class: int = 320
+    val_per_class: int = 50
+    num_frames: int = 16
+    size: int = 64
+    speed: tuple[float, float] = (1.5, 2.5)
+    radius: tuple[float, float] = (8.0, 12.0)
+    data_seed: int = 0
+    arch: str = "resnet18"
+    num_segments: int = 4
+    img_size: int = 32
+    shift_div: int = 8
+    dropout: float = 0.0
+    warmup_fraction: float = 0.1
+    sgd_lrs: tuple[float, ...] = (0.003, 0.01, 0.03)
+    lars_base_lr: float = 0.5
+    lamb_base_lr: float = 0.005
+    seeds: tuple[int, ...] = (0, 1)
+    parallel: int = 2
+    threads: int = 1
+    num_workers: int = 0
+    cache_decoded: bool = True
+    classes: tuple[str, ...] = field(default=("moving_left", "moving_right", "moving_up", "moving_down"))
+
+    @property
+    def base_batch(self) -> int:
+        """The smallest global batch, where the lrs are chosen."""
+        return self.batches[0]
+
+    @property
+    def train_clips(self) -> int:
+        """Training clips of the dataset."""
+        return self.train_per_class * len(self.classes)
+
+    @property
+    def epochs(self) -> int:
+        """Epochs of every run: enough for ``min_steps`` optimizer steps at the largest batch."""
+        return math.ceil(self.min_steps * self.batches[-1] / self.train_clips)
+
+    def check(self) -> None:
+        """Refuse settings the study cannot run (ValueError naming the value and the fix)."""
+        b = list(self.batches)
+        if not b or b != sorted(set(b)):
+            raise ValueError(f"batches {self.batches}: give distinct global batches in ascending order")
+        bad = [x for x in b if x % self.micro_batch]
+        if bad:
+            raise ValueError(f"batches {bad} are not multiples of the micro-batch {self.micro_batch}")
+        if self.train_clips % b[-1]:
+            raise ValueError(f"{self.train_clips} training clips is not a multiple of the largest batch {b[-1]}: "
+                             f"change train_per_class (every batch must see the same clips)")
+        if not 1 <= len(self.sgd_lrs) <= 4:
+            raise ValueError(f"sgd_lrs {self.sgd_lrs}: sweep 1 to 4 lrs at the base batch")
+        if not self.seeds or not 0 <= self.warmup_fraction < 1 or self.min_steps < 1 or self.parallel < 1:
+            raise ValueError("need >= 1 seed, 0 <= warmup_fraction < 1, min_steps >= 1, parallel >= 1")
+        if self.num_frames <= self.num_segments:
+            raise ValueError(f"num_frames {self.num_frames} must exceed num_segments {self.num_segments}")
+
+
+#: ``--quick``: the plumbing (batches, accumulation, lrs, the sweep, the report), not
+#: accuracy: 16 tiny clips, 2 batches, micro-batch 2, one seed, 7 runs of a few steps (45 s idle)
+QUICK = StudySettings(batches=(2, 8), micro_batch=2, min_steps=2, train_per_class=4, val_per_class=1,
+                      num_frames=8, size=32, speed=(1.0, 1.5), radius=(4.0, 6.0), num_segments=2,
+                      img_size=32, sgd_lrs=(0.01,), seeds=(0,), parallel=2)
+
+
+def warmup_steps_for(settings: StudySettings, batch: int) -> int:
+    """Linear warm-up steps of a run at global ``batch``: ``warmup_fraction`` of its optimizer
+    steps, rounded (0 when the fraction is 0, else at least 1)."""
+    steps = settings.epochs * settings.train_clips // batch
+    if settings.warmup_fraction <= 0:
+        return 0
+    return max(1, round(settings.warmup_fraction * steps))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: ``name`` (its run folder), the engine JSON ``recipe_file``, ``batch``,
+    ``seed``, and ``recipes``: the recipe names it stands for (both SGD recipes at the base batch)."""
+
+    name: str
+    recipe_file: str
+    batch: int
+    seed: int
+    recipes: tuple[str, ...]
+    base_lr: float
+
+
+def write_recipe(out_dir: Path, name: str, template: str, rule: str, base_lr: float, base_batch: int) -> Path:
+    """Write ``<out_dir>/recipes/<name>.json``: shipped recipe ``template`` with
+    ``tsm_ds.lr_scaling = {rule, base_lr, base_batch}``; nothing else changes. Returns the path.
+
+    Raises:
+        tsm_ds.engine.config.ConfigError: no such shipped recipe.
+    """
+    from tsm_ds.engine.config import load_config
+    from tsm_ds.utils.io import atomic_write_text
+
+    cfg: dict[str, Any] = load_config(template)
+    cfg["_comment"] = (f"tsm-ds bench large-batch: ds_configs/{template}.json with tsm_ds.lr_scaling "
+                       f"{rule} from lr {base_lr:g} at {base_batch} clips. " + str(cfg.get("_comment", "")))
+    cfg.setdefault("tsm_ds", {})["lr_scaling"] = {"rule": rule, "base_lr": float(base_lr),
+                                                  "base_batch": int(base_batch)}
+    path = Path(out_dir) / "recipes" / f"{name}.json"
+    atomic_write_text(path, json.dumps(cfg, indent=2) + "\n")
+    return path
+
+
+def _lr_tag(lr: float) -> str:
+    return f"{lr:g}"
+
+
+def plan_sweep(settings: StudySettings, out_dir: Path) -> list[RunSpec]:
+    """The base-batch SGD runs, one per lr of ``sgd_lrs``, first seed (engine JSONs written)."""
+    b0, seed = settings.base_batch, settings.seeds[0]
+    specs = []
+    for lr in settings.sgd_lrs:
+        f = write_recipe(out_dir, f"sgd_lr{_lr_tag(lr)}", RECIPES["sgd_fixed"].template, "none", lr, b0)
+        specs.append(RunSpec(f"sgd_lr{_lr_tag(lr)}_b{b0}_s{seed}", str(f), b0, seed, ("sgd_fixed", "sgd_linear"), lr))
+    return specs
+
+
+def plan_grid(settings: StudySettings, out_dir: Path, sgd_lr: float | None,
+              recipes: tuple[str, ...] = tuple(RECIPES)) -> list[RunSpec]:
+    """Every run of ``recipes`` once the SGD lr is chosen (the sweep's run at the base batch and
+    first seed included, so that the caller can find it already done); engine JSONs written.
+    ``sgd_lr`` may be None when ``recipes`` holds no SGD recipe.
+
+    Seeds: every seed at the base and the largest batch, the first seed at the others.
+
+    Raises:
+        ValueError: an SGD recipe without ``sgd_lr``.
+    """
+    b0 = settings.base_batch
+    sgd = [r for r in recipes if r.startswith("sgd_")]
+    if sgd and sgd_lr is None:
+        raise ValueError("plan_grid: the SGD recipes need the lr chosen by the sweep")
+    base_lrs = {"sgd_fixed": sgd_lr, "sgd_linear": sgd_lr, "lars": settings.lars_base_lr,
+                "lamb": settings.lamb_base_lr}
+    files = {r: write_recipe(out_dir, r, RECIPES[r].template, RECIPES[r].rule, base_lrs[r], b0) for r in recipes}
+    if sgd:
+        sgd_base = write_recipe(out_dir, f"sgd_lr{_lr_tag(sgd_lr)}", RECIPES["sgd_fixed"].template, "none",
+                                sgd_lr, b0)
+    specs: list[RunSpec] = []
+    for batch in settings.batches:
+        seeds = settings.seeds if batch in (b0, settings.batches[-1]) else settings.seeds[:1]
+        for seed in seeds:
+            if batch == b0 and sgd:   # (a) and (b) coincide at the base batch: one run for both
+                specs.append(RunSpec(f"sgd_lr{_lr_tag(sgd_lr)}_b{b0}_s{seed}", str(sgd_base), b0, seed,
+                                     tuple(sgd), sgd_lr))
+            for r in recipes:
+                if batch == b0 and r in sgd:
+                    continue
+                specs.append(RunSpec(f"{r}_b{batch}_s{seed}", str(files[r]), batch, seed, (r,), base_lrs[r]))
+    return specs

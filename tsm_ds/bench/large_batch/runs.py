@@ -1,0 +1,161 @@
+"""One run of the study: the ``tsm_ds.train`` command, the subprocess, and what is read back.
+
+A run is ``python -m tsm_ds.train ...`` (the training command's own ``main``, world size 1, the
+DeepSpeed engine) in its own process. What the study reports is read back from the files the
+trainer writes, not from the command it was given: the global batch, micro-batch and
+accumulation from ``<run>/config.json`` (``resolved_ds_config``), the lr of the base parameter
+group (``param_groups``, ``lr_mult`` 1), the warm-up and planned steps, and the outcome from
+``<run>/result.json``: ``completed`` (val top-1 of the last epoch), ``diverged`` (the divergence
+guard stopped it before an update; exit status 3: a result, "diverged at step k"), anything else
+is ``failed`` (the row names the log).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from .grid import RunSpec, StudySettings, warmup_steps_for
+
+__all__ = ["TRAIN_MODULE", "train_command", "run_env", "read_run", "run_one"]
+
+#: the training command every run executes (``python -m tsm_ds.train``)
+TRAIN_MODULE = "tsm_ds.train"
+#: exit status of train.py when the divergence guard stopped the run (tsm_ds.cli.train.main)
+DIVERGED_EXIT = 3
+
+
+def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any], run_root: Path) -> list[str]:
+    """The ``python -m tsm_ds.train`` command of run ``spec`` on the demo ``data``
+    (``make_demo_dataset``'s result); its run folder is ``run_root / spec.name``."""
+    s = settings
+    cmd = [
+        sys.executable, "-m", TRAIN_MODULE, "--deepspeed_config", str(spec.recipe_file),
+        "--train-list", str(data["train_list"]), "--val-list", str(data["val_list"]),
+        "--classes", str(Path(data["root"]) / "classes.txt"), "--no-flip",
+        "--arch", s.arch, "--num-segments", str(s.num_segments), "--img-size", str(s.img_size),
+        "--shift", "bidirectional", "--shift-div", str(s.shift_div), "--dropout", str(s.dropout),
+        "--epochs", str(s.epochs), "--batch-size", str(spec.batch), "--micro-batch-size", str(s.micro_batch),
+        "--warmup-steps", str(warmup_steps_for(s, spec.batch)), "--seed", str(spec.seed),
+        "--num-workers", str(s.num_workers), "--keep-last", "1",
+        "--output-dir", str(run_root), "--run-name", spec.name, "--no-progress",
+    ]
+    if s.cache_decoded:
+        cmd.append("--cache-decoded")
+    return cmd
+
+
+def run_env(settings: StudySettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The runs' environment: :func:`tsm_ds.bench.demo.child_env` (CPU accelerator without a
+    GPU, this checkout on PYTHONPATH) with ``OMP_NUM_THREADS`` = ``settings.threads``: on a busy
+    2-core machine one thread per run trained ~5x faster than two (OpenMP threads spinning on
+    cores other processes hold)."""
+    from tsm_ds.bench.demo import child_env
+
+    env = child_env(base)
+    env["OMP_NUM_THREADS"] = str(settings.threads)
+    return env
+
+
+def _base_lr(config: dict) -> float | None:
+    """The resolved optimizer lr (the base parameter group's, before warm-up and decay).
+
+    Read from the resolved optimizer block, not from ``param_groups``: the trainer writes those
+    after the lr schedule's first step, i.e. the first warm-up lr (base x 1 / warmup_steps)."""
+    for block in ((config.get("resolved_tsm_ds") or {}).get("optimizer"),
+                  (config.get("resolved_ds_config") or {}).get("optimizer")):
+        if isinstance(block, dict) and isinstance((block.get("params") or {}).get("lr"), (int, float)):
+            return float(block["params"]["lr"])
+    return None
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """What a finished run wrote: {"status", "global_batch", "micro_batch", "accum", "world_size",
+    "lr" (the resolved base lr), "lr_filled" (how "auto" was filled), "warmup_steps", "planned_steps", "steps",
+    "clips_seen", "val_top1", "best_val_top1", "val_clips", "diverged_at", "reason"}; values
+    missing from the files are None (``status`` "failed" when result.json is missing)."""
+    out: dict[str, Any] = {k: None for k in ("global_batch", "micro_batch", "accum", "world_size", "lr",
+                                             "lr_filled", "warmup_steps", "planned_steps", "steps", "clips_seen",
+                                             "val_top1", "best_val_top1", "val_clips", "diverged_at", "reason")}
+    try:
+        cfg = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        cfg = {}
+    ds = cfg.get("resolved_ds_config") or {}
+    sched = (cfg.get("resolved_tsm_ds") or {}).get("lr_schedule") or {}
+    filled = cfg.get("auto_filled") or {}
+    out.update(global_batch=ds.get("train_batch_size"), micro_batch=ds.get("train_micro_batch_size_per_gpu"),
+               accum=ds.get("gradient_accumulation_steps"), world_size=cfg.get("world_size"), lr=_base_lr(cfg),
+               lr_filled=next((v for k, v in filled.items() if k.endswith("params.lr")), None),
+               warmup_steps=sched.get("warmup_steps"), planned_steps=cfg.get("total_steps"))
+    try:
+        res = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return {**out, "status": "failed", "reason": f"no result.json in {run_dir}"}
+    status = res.get("status")
+    if status == "completed":
+        out.update(steps=res.get("steps"), val_top1=res.get("val_top1"), best_val_top1=res.get("best_val_top1"),
+                   val_clips=res.get("val_clips"))
+    elif status == "diverged":
+        out.update(steps=res.get("step"), diverged_at=res.get("step"), reason=res.get("reason"))
+    else:
+        out.update(reason=res.get("reason") or res.get("error"))
+    if out["steps"] is not None and out["global_batch"]:
+        out["clips_seen"] = int(out["steps"]) * int(out["global_batch"])
+    return {**out, "status": status if status in ("completed", "diverged") else "failed"}
+
+
+def _tail(path: Path, n: int = 5) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
+
+
+def run_one(spec: RunSpec, cmd: list[str], run_root: Path, log_dir: Path, env: Mapping[str, str], *,
+            keep_checkpoints: bool = False) -> dict[str, Any]:
+    """Run one training process to its end; return its row.
+
+    The row: ``name``, ``recipes``, ``batch``, ``seed``, ``base_lr`` (the recipe's lr at the base
+    batch), ``exit_code``, ``wall_s`` (the whole process: start-up, decoding, training, validation,
+    checkpoints), ``log``, ``cmd`` and :func:`read_run`'s fields. A diverged run is a row with
+    ``status`` "diverged" and ``diverged_at``; a failed one has ``status`` "failed" and the log's
+    last lines in ``reason``. Checkpoints and exported models are deleted afterwards unless
+    ``keep_checkpoints`` (the study needs only config.json, result.json and the TensorBoard events).
+
+    Raises:
+        OSError: the process could not be started or the log not written.
+    """
+    run_dir = run_root / spec.name
+    if run_dir.exists():
+        shutil.rmtree(run_dir)          # a partial earlier attempt must not be read back as this run
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{spec.name}.log"
+    t0 = time.perf_counter()
+    with open(log_path, "w") as logf:
+        logf.write("$ " + " ".join(cmd) + "\n")
+        logf.flush()
+        code = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=dict(env), check=False).returncode
+    wall = time.perf_counter() - t0
+    row = {"name": spec.name, "recipes": list(spec.recipes), "batch": spec.batch, "seed": spec.seed,
+           "base_lr": spec.base_lr, "exit_code": code, "wall_s": round(wall, 1), "log": str(log_path),
+           **read_run(run_dir), "cmd": cmd}
+    if row["status"] == "completed" and code != 0:
+        row.update(status="failed", reason=f"exit status {code} after result.json; see {log_path}")
+    if row["status"] == "diverged" and code != DIVERGED_EXIT:
+        row["reason"] = f"{row['reason']} (exit status {code})"
+    if row["status"] == "failed":
+        row["reason"] = f"exit status {code}: {row.get('reason') or ''} {_tail(log_path)}".strip()
+    if not keep_checkpoints:
+        for p in (run_dir / "checkpoints", run_dir / "best_model.pt", run_dir / "last_model.pt"):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists():
+                os.unlink(p)
+    return row
