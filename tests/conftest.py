@@ -19,6 +19,8 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests (launcher, several processes); CI runs them")
+    config.addinivalue_line("markers", "cluster: needs launch/cluster/harness.py (root, sshd, pdsh, SLURM, munge; "
+                            "launch/cluster/install.sh); skips without it, fails under CI=true")
 
 
 @pytest.fixture(scope="session")

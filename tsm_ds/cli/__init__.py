@@ -20,7 +20,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("tsm_ds.cli.prepare", "re-encode / resize a video tree or extract JPEG frames, write list files"),
     "check-videos": ("tsm_ds.cli.check_videos", "scan a dataset and report unreadable videos"),
     "bench": ("tsm_ds.cli.bench", "benchmarks: models, data, comm, scale, all"),
+    "config": ("tsm_ds.cli.config", "the engine JSON resolved for N ranks (\"auto\" filled), steps and lrs, without training"),
     "demo": ("tsm_ds.cli.demo", "generate the motion-direction demo dataset and train TSM vs TSN on it"),
+    "doctor": ("tsm_ds.cli.doctor", "which bottleneck binds here (data, compute, communication) and what to change"),
 }
 
 

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: $TSM_DS_INDEX_CACHE, else in memory only)")
     d.add_argument("--index-cache-size", type=int, default=None,
                    help="frame indexes kept in memory per process (default: $TSM_DS_INDEX_CACHE_SIZE, else 8192)")
+    d.add_argument("--cache-decoded", action="store_true",
+                   help="decode every video once before training and keep its frames in memory (frame sampling, "
+                        "crops and flips are still drawn per epoch); for small datasets, see tsm_ds.data.clip_cache")
+    d.add_argument("--cache-decoded-max-mb", type=float, default=4096.0,
+                   help="size limit of --cache-decoded per rank (MiB of decoded frames); videos beyond it are "
+                        "decoded per clip")
     d.add_argument("--demo-clips", type=int, default=48,
                    help="training clips per class of the generated demo dataset (used only without data)")
     m = p.add_argument_group("model")
@@ -66,29 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
                    "checkpoints/ dir (the 'latest' tag), a tag dir (ZeRO-3 too), or an official TSM file (TSM_..."
                    "_segment8_e50*.pth[.tar] with any suffix, ckpt.best.pth.tar in its TSM_... directory, the online "
                    "demo's mobilenetv2_jester_online.pth.tar); the head is replaced when the class count differs")
-    t = p.add_argument_group("training (flags for engine-JSON keys are only allowed where the JSON says \"auto\")")
-    t.add_argument("--epochs", type=int, default=50)
-    t.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--batch-size", type=int, help="global batch (train_batch_size)")
-    t.add_argument("--micro-batch-size", type=int, help="clips per rank per micro-batch")
-    t.add_argument("--grad-accum", type=int, help="gradient_accumulation_steps")
-    t.add_argument("--lr", type=float, help="lr for the global batch (skips the scaling rule)")
-    t.add_argument("--weight-decay", type=float, help="default 1e-4")
-    t.add_argument("--clip-grad", type=float, help="gradient_clipping; default 20")
-    t.add_argument("--warmup-steps", type=int, help="linear warmup in optimizer steps; default 0")
-    t.add_argument("--lr-steps", type=float, nargs="+", help="step-decay epochs; default 20 40")
+    from tsm_ds.cli._common import add_training_args
+    add_training_args(p)   # --epochs ... --lr-steps, shared with tsm-ds config
     o = p.add_argument_group("output")
     o.add_argument("--output-dir", default="runs", help="runs are written to OUTPUT_DIR/RUN_NAME")
     o.add_argument("--run-name", help="default: <arch>_T<segments>_<engine json name>")
     o.add_argument("--resume", help="'auto': continue from the latest complete checkpoint of the run dir "
-                   "(fresh start when there is none); or a checkpoint tag")
+                   "(fresh start when there is none); or a checkpoint tag. Another number of ranks than the "
+                   "checkpoint's keeps its global batch by accumulation (README: resuming on another world size)")
     o.add_argument("--save-every-steps", type=int, default=0, help="also save every N optimizer steps")
     o.add_argument("--keep-last", type=int, default=2, help="complete checkpoints kept besides the best")
     o.add_argument("--no-progress", action="store_true", help="no tqdm bar")
     m.add_argument("--no-fused-shift", action="store_true",
                    help="use the out-of-place reference shift instead of the fused in-place one "
                         "(the same as TSM_DS_FUSED_SHIFT=0)")
+    m.add_argument("--channels-last", action="store_true",
+                   help="feed the clips channels-last per frame (the convolutions then run channels-last; parameters "
+                        "stay as they are); see README for the measured speed")
+    m.add_argument("--compile", action="store_true",
+                   help="torch.compile the model through DeepSpeed's engine.compile() (inductor; on CPU it needs a C++ "
+                        "compiler; the first training and evaluation batches include minutes of compiling)")
     g = p.add_argument_group("run guards (a diverged run stops before its update; exit status 3)")
     g.add_argument("--on-divergence", choices=["stop", "rollback"], default="stop",
                    help="stop: exit 3 naming the step, lr, loss and the last good checkpoint; rollback: reload "
@@ -103,6 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "(0: off)")
     g.add_argument("--inject-nan-at-step", type=int, default=None, help=argparse.SUPPRESS)  # test hook
     g.add_argument("--inject-nan-rank", type=int, default=0, help=argparse.SUPPRESS)
+    g.add_argument("--inject-signal-at-step", type=int, default=None, help=argparse.SUPPRESS)  # test hook:
+    g.add_argument("--inject-signal-rank", type=int, default=0, help=argparse.SUPPRESS)  # that rank signals itself
+    c = p.add_argument_group("cluster (fail fast, time limits)")
+    c.add_argument("--dist-timeout", type=float, default=None,
+                   help="seconds for every rank to join (else every rank stops, naming the missing ranks and hosts; "
+                        "exit 5) and for every collective (a dead or hung peer); default $TSM_DS_DIST_TIMEOUT, else 300")
+    c.add_argument("--stop-signal", default="SIGUSR1",
+                   help="on this signal, save a checkpoint at the next optimizer step and exit 75 (SLURM "
+                        "--signal=USR1@120; launch/slurm_train.sbatch requeues and resumes); 'none' to disable")
+    w = p.add_argument_group("hang watchdog (no progress: every rank writes its Python stacks to RUN/stacks/ and exits 6)")
+    w.add_argument("--step-timeout", type=float, default=1800.0,
+                   help="seconds without progress (an optimizer step, an eval batch, a checkpoint write) before the "
+                        "watchdog stops the run (0: off)")
+    w.add_argument("--startup-timeout", type=float, default=3600.0,
+                   help="seconds from set-up (op builds, deepspeed.initialize, resume) to the end of the first optimizer "
+                        "step (0: off)")
     import deepspeed
     deepspeed.add_config_arguments(p)
     return p
@@ -147,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, build model + data + trainer, train.
 
     Returns 0 on success, 2 on a configuration or data error, 3 when the run diverged (the guard
-    stopped it; nothing non-finite was saved), 4 when a checkpoint could not be written.
+    stopped it; nothing non-finite was saved), 4 when a checkpoint could not be written, 5 when
+    not every rank joined within --dist-timeout, 75 (EX_TEMPFAIL) when a stop signal made the run
+    save and stop (resume with --resume auto); the hang watchdog exits 6 from its own thread
+    (:mod:`tsm_ds.engine.watchdog`). Every rank also logs to ``<run>/logs/rank<r>.log``.
     """
     from tsm_ds.engine.dist import set_accelerator_env, set_threads
 
@@ -158,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format=f"[rank{rank}] %(asctime)s %(levelname)s %(message)s",
                         stream=sys.stdout)
     log = logging.getLogger("tsm_ds.train")
-    log.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    log.setLevel(logging.INFO)   # every rank's file gets INFO (add_rank_log_file); the console: rank 0's
+    if rank != 0:
+        for h in logging.getLogger().handlers:
+            h.setLevel(logging.WARNING)
     if acc_msg:
         log.info(acc_msg)
     log.info(thread_msg)
@@ -202,6 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     class_names, desc = split.class_names, split.description
     log.info("data: %s; %d train clips, %d val clips, %d classes", desc, len(train_set),
              len(val_set) if val_set is not None else 0, len(class_names))
+    if args.cache_decoded:   # decoded here, once: forked DataLoader workers share the frames
+        if not args.cache_decoded_max_mb > 0:
+            log.error("--cache-decoded-max-mb %s: give a size limit > 0 (MiB)", args.cache_decoded_max_mb)
+            return 2
+        from tsm_ds.data.clip_cache import attach_frame_cache
+        _, cache_stats = attach_frame_cache([train_set, val_set], max_mb=args.cache_decoded_max_mb)
+        log.info("--cache-decoded: %(videos)d videos, %(mb).0f of %(max_mb).0f MiB, decoded in %(seconds).1f s "
+                 "(%(skipped)d over the limit, %(unreadable)d unreadable)", cache_stats)
     from tsm_ds.models import build_model
     model = build_model(args.arch, len(class_names), num_segments=args.num_segments,
                         shift=None if args.shift == "none" else args.shift, shift_div=args.shift_div,
@@ -221,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         log.info("--tune-from %s (%s %s): %d tensors loaded, replaced (shape differs): %s", args.tune_from,
                  rep["source"], rep["path"], rep["loaded"], rep["skipped"] or "none")
     run_name = args.run_name or f"{args.arch}_T{args.num_segments}_{Path(cfg_path).stem}"
-    flags = {k: getattr(args, k) for k in ("batch_size", "micro_batch_size", "grad_accum", "lr", "weight_decay",
-                                           "clip_grad", "warmup_steps", "lr_steps")}
+    log_path = add_rank_log_file(Path(args.output_dir) / run_name, rank)
+    log.info("this rank's log: %s (every rank writes one)", log_path)
+    from tsm_ds.cli._common import engine_flags
+    flags = engine_flags(args)   # the engine-JSON flags (config.FLAG_KEYS)
     record = dict(vars(args))
     record["deepspeed_config"] = cfg_path
     record["data_description"] = desc
@@ -236,13 +271,28 @@ def main(argv: list[str] | None = None) -> int:
                              guard=GuardSettings(factor=args.divergence_factor, max_skipped=args.max_skipped_steps),
                              on_divergence=args.on_divergence, rollback_lr_factor=args.rollback_lr_factor,
                              max_rollbacks=args.max_rollbacks, inject_nan_step=args.inject_nan_at_step,
-                             inject_nan_rank=args.inject_nan_rank)
+                             inject_nan_rank=args.inject_nan_rank, dist_timeout=args.dist_timeout,
+                             stop_signals=() if args.stop_signal.lower() == "none" else (args.stop_signal.upper(),),
+                             step_timeout=args.step_timeout, startup_timeout=args.startup_timeout,
+                             channels_last=args.channels_last, compile=args.compile)
+    if args.inject_signal_at_step is not None and settings.stop_signals:   # test hook (see the flag)
+        import signal as _signal
+
+        def _signal_self(tr, step, _at=args.inject_signal_at_step, _rank=args.inject_signal_rank):
+            if step == _at and tr.rank == _rank:
+                os.kill(os.getpid(), getattr(_signal, settings.stop_signals[0]))
+        settings.step_callback = _signal_self
     trainer = Trainer(model, train_set, val_set, engine_json, settings)
+    from tsm_ds.engine.preempt import EXIT_PREEMPTED, Preempted
+    from tsm_ds.engine.rendezvous import RendezvousError
     try:
         trainer.setup()
     except ConfigError as e:
         log.error("engine JSON %s: %s", cfg_path, e)
         return 2
+    except RendezvousError as e:   # every rank: its own view (rank 0 names the missing ranks)
+        log.error("%s", e)
+        return 5
     try:
         result = trainer.fit()
     except DivergenceError as e:   # decided alike on every rank: all exit 3
@@ -253,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         if trainer.rank == 0:
             log.error("%s", e)
         return 4
+    except Preempted as e:
+        if trainer.rank == 0:
+            log.warning("%s", e)
+        return EXIT_PREEMPTED
     except (CheckpointResumeError, FileNotFoundError) as e:   # --resume: a damaged or missing checkpoint
         if trainer.rank == 0:
             log.error("%s", e)
@@ -266,6 +320,38 @@ def main(argv: list[str] | None = None) -> int:
                    if val["count"] < 50 else "")
             print(f"val top-1 {val['top1']:.1f}% on {val['count']} validation clips{few}", flush=True)
     return 0
+
+
+
+def add_rank_log_file(run_dir: Path, rank: int) -> Path:
+    """Also write this rank's log (ours, DeepSpeed's, Python warnings; INFO and up) to
+    ``<run_dir>/logs/rank<rank>.log``, appended across restarts; the console keeps rank 0's INFO
+    and the other ranks' warnings. The first line of each start names the host and PID.
+
+    Returns the file's path.
+    """
+    import socket
+
+    path = Path(run_dir) / "logs" / f"rank{rank}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if getattr(h, "tsm_ds_rank_log", False)]:   # a second main() in-process
+        root.removeHandler(h)
+        logging.getLogger("DeepSpeed").removeHandler(h)
+        h.close()
+    handler = logging.FileHandler(path)
+    handler.tsm_ds_rank_log = True
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter(f"[rank{rank}] %(asctime)s %(name)s %(levelname)s %(message)s"))
+    root.addHandler(handler)   # ours and Python warnings propagate to the root
+    ds_logger = logging.getLogger("DeepSpeed")
+    if not ds_logger.propagate:
+        ds_logger.addHandler(handler)
+    logging.captureWarnings(True)
+    handler.stream.write(f"[rank{rank}] start: host {socket.gethostname()} pid {os.getpid()} "
+                         f"world size {os.environ.get('WORLD_SIZE', '1')}\n")
+    handler.flush()
+    return path
 
 
 if __name__ == "__main__":

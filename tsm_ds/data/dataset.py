@@ -2,22 +2,34 @@
 
 ``ds[i]`` returns ``{"clip": float32 (T, 3, H, W) (test with V = num_clips * num_crops > 1 views:
 (V, T, 3, H, W), crop-major: view = crop * num_clips + clip, as the official test script stacks
-them), "label": int, "index": i, "bad": int}``.
+them), "label": int, "index": i, "bad": int, "bad_files": str}``.
 
 Determinism: every random choice of item ``i`` (frame sampling, crop, flip, replacement) comes
 from ``numpy.random.default_rng([seed, epoch, i, attempt, stream])``, so an item depends only on
 (seed, epoch, index) and never on the worker, the order of access or the history of a process.
 
 Bad files: a record whose file cannot be opened, has no video stream or no decodable frame is
-reported once per file and process (``RuntimeWarning`` naming the file and the reason), counted
-(``"bad"`` in the item: how many unreadable files were replaced to produce it; sum it to log
-the rate) and replaced by another record drawn at random under the same seed (attempt 1, 2, ...).
+replaced by another record drawn at random under the same seed (attempt 1, 2, ...), counted
+(``"bad"`` in the item: how many unreadable files were replaced to produce it, i.e. encounters)
+and named (``"bad_files"``: a JSON list of ``[path, reason]`` pairs, ``""`` for none; a string,
+so that the default collate keeps it as a list of strings per batch, from which
+:class:`tsm_ds.data.bad_videos.BadVideoTracker` counts distinct files over workers and ranks).
+It is warned once per file (``RuntimeWarning`` naming the file and the reason) over all the
+DataLoader workers of a process tree: a shared-memory flag per record marks the files already
+warned (two workers failing on the same file in the same instant could still both warn). The
+trainer turns these warnings off (``warn_bad_files = False``) and warns once per file per run
+from rank 0 instead (the tracker).
+Memory: after every item the heap memory the decoder freed is returned to the OS
+(:func:`tsm_ds.data.memory.release_freed_heap`, glibc ``malloc_trim``; ``TSM_DS_MALLOC_TRIM=0``
+turns it off), so that a worker's RSS stays flat over a long epoch.
+
 After ``max_replacements`` failures in a row a ``RuntimeError`` names the files: the dataset is
 mostly unreadable and looping on would hide it. Partly decodable files are kept; see
 :func:`tsm_ds.data.video.decode_frames`.
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Sequence
 
@@ -26,6 +38,7 @@ import torch
 from torch.utils.data import Dataset
 
 from . import video as _video
+from .memory import release_freed_heap
 from .records import VideoRecord
 from .sampling import clip_indices
 from .transforms import ClipTransform
@@ -83,6 +96,9 @@ class VideoClipDataset(Dataset):
         self.seed = int(seed)
         # the epoch lives in shared memory so that set_epoch reaches persistent DataLoader workers
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        # per record: 1 once its file was warned about as unreadable, seen by every worker
+        self._bad_warned = torch.zeros(len(self.records), dtype=torch.uint8).share_memory_()
+        self.warn_bad_files = True   # the trainer's BadVideoTracker sets False and warns once per run
         self.num_clips = 2 if twice_sample else num_clips
         self.twice_sample = twice_sample
         self.dense_window = dense_window
@@ -99,6 +115,10 @@ class VideoClipDataset(Dataset):
         clip_indices(max(num_segments, 1) * 4, num_segments, mode=mode, sampling=sampling,
                      rng=np.random.default_rng(0), num_clips=self.num_clips,
                      twice_sample=twice_sample, window=dense_window)
+
+    #: decoded whole videos in memory (:class:`tsm_ds.data.clip_cache.DecodedFrameCache`, set by
+    #: train.py ``--cache-decoded``); None: decode the clip's frames on every access
+    frame_cache = None
 
     def __len__(self) -> int:
         return len(self.records)
@@ -136,9 +156,9 @@ class VideoClipDataset(Dataset):
                            rng=self._rng(index, attempt, 0), num_clips=self.num_clips,
                            twice_sample=self.twice_sample, window=self.dense_window)
         k = idx.shape[0]
-        frames = _video.decode_frames(record.path, idx.reshape(-1), num_frames=n,
-                                      thread_count=self.thread_count,
-                                      short_side=self.decode_short_side)
+        decode = self.frame_cache.get if self.frame_cache is not None else _video.decode_frames
+        frames = decode(record.path, idx.reshape(-1), num_frames=n, thread_count=self.thread_count,
+                        short_side=self.decode_short_side)
         x = self.transform(frames, self._rng(index, attempt, 1))
         if self.mode != "test" or self.num_views == 1:
             return x.reshape(-1, *x.shape[-3:]) if x.ndim == 5 else x
@@ -152,17 +172,26 @@ class VideoClipDataset(Dataset):
         RuntimeError after ``max_replacements`` unreadable files in a row."""
         if not 0 <= index < len(self.records):
             raise IndexError(index)
-        record, bad, failures = self.records[index], 0, []
+        record, rec_i, failures = self.records[index], index, []
         for attempt in range(self.max_replacements + 1):
             try:
                 clip = self.load(record, index, attempt)
-                return {"clip": clip, "label": int(record.label), "index": int(index), "bad": bad}
+                release_freed_heap()   # the decoder's freed heap back to the OS: flat RSS (data/memory.py)
+                return {"clip": clip, "label": int(record.label), "index": int(index), "bad": len(failures),
+                        "bad_files": json.dumps(failures) if failures else ""}
             except _video.VideoError as e:
-                bad += 1
-                failures.append(f"{e.path} ({e.reason})")
-                _video.warn_once(e.path, "bad", f"unreadable video, replaced by another sample: "
-                                                f"{e.path}: {e.reason}")
-                j = int(self._rng(index, attempt, 2).integers(len(self.records)))
-                record = self.records[j]
+                failures.append((e.path, e.reason))
+                self._warn_bad(rec_i, e)
+                rec_i = int(self._rng(index, attempt, 2).integers(len(self.records)))
+                record = self.records[rec_i]
         raise RuntimeError(f"item {index}: {len(failures)} unreadable files in a row, giving up "
-                           f"(run 'tsm-ds check-videos' on the list): " + "; ".join(failures[:5]))
+                           f"(run 'tsm-ds check-videos' on the list): "
+                           + "; ".join(f"{p} ({r})" for p, r in failures[:5]))
+
+    def _warn_bad(self, rec_i: int, e: _video.VideoError) -> None:
+        """One RuntimeWarning per unreadable file over this process tree's workers (see the module
+        docstring); nothing when ``warn_bad_files`` is False (the trainer reports them)."""
+        if not self.warn_bad_files or self._bad_warned[rec_i]:
+            return
+        self._bad_warned[rec_i] = 1
+        _video.warn_once(e.path, "bad", f"unreadable video, replaced by another sample: {e.path}: {e.reason}")

@@ -7,7 +7,8 @@ Layout under ``<run dir>/checkpoints``::
         ...                           (ZeRO: one optimizer-state file per rank)
         rank00000.pt ...              ours, one per rank: RNG states, sampler position, compressor
         complete.json                 written last: the tag is whole; lists every file with its
-                                      size and CRC-32 (the manifest)
+                                      size and CRC-32 (the manifest), the world size, batch
+                                      layout and epoch position (tsm_ds.engine.reshard)
     latest                        tag of the newest complete checkpoint (DeepSpeed's format)
 
 DeepSpeed writes client state from rank 0 only, so everything that differs per rank (RNG
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import zlib
 from pathlib import Path
@@ -36,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from tsm_ds.engine.checkpoint_reader import COMPLETE, CheckpointContents, read_checkpoint  # noqa: F401 (re-exported)
+from tsm_ds.engine.checkpoint_reader import wrapper_mismatch_cause
 from tsm_ds.models.official import NotOfficialNameError
 from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
 
@@ -214,7 +217,8 @@ class CheckpointManager:
         return t
 
     # -- save / load
-    def save(self, engine, *, step: int, client_state: dict, rank_state: dict, best_tag: str | None) -> str:
+    def save(self, engine, *, step: int, client_state: dict, rank_state: dict, best_tag: str | None,
+             meta: dict | None = None) -> str:
         """Save a checkpoint on every rank (collective: all ranks must call it).
 
         Args:
@@ -223,6 +227,8 @@ class CheckpointManager:
             client_state: rank-0 state stored by DeepSpeed (epoch, step, best top-1, class names...).
             rank_state: this rank's state (RNG, sampler position, compressor), saved per rank.
             best_tag: the tag to keep besides the last N.
+            meta: more keys for ``complete.json`` (the batch layout and data position that
+                :mod:`tsm_ds.engine.reshard` reads before any engine exists).
 
         Returns:
             The tag written.
@@ -246,7 +252,7 @@ class CheckpointManager:
         if not _any_rank(error is not None) and self.rank == 0:
             try:
                 atomic_write_text(tag_dir / COMPLETE, json.dumps(
-                    {"step": int(step), "world_size": self.world, "files": manifest(tag_dir)}) + "\n")
+                    {"step": int(step), "world_size": self.world, **(meta or {}), "files": manifest(tag_dir)}) + "\n")
                 atomic_write_text(self.dir / "latest", tag)
             except OSError as e:
                 error = e
@@ -299,18 +305,22 @@ class CheckpointManager:
             if p.is_dir() and not (p / COMPLETE).is_file() and p.name < current and not p.name.endswith(".damaged"):
                 shutil.rmtree(p, ignore_errors=True)
 
-    def load(self, engine, tag: str) -> tuple[dict, dict]:
+    def load(self, engine, tag: str, *, other_world: bool = False) -> tuple[dict, dict | None]:
         """Load engine state (module, optimizer, lr schedule) and this rank's state.
+
+        Args:
+            other_world: accept a checkpoint written by another world size: the engine state is
+                loaded, the per-rank state is not (None); :func:`tsm_ds.engine.reshard.load` builds it.
 
         Returns:
             (client_state, rank_state).
 
         Raises:
-            CheckpointResumeError: the checkpoint was written by another world size (its per-rank data
-            positions would not match; start a new run with --tune-from instead).
+            CheckpointResumeError: the checkpoint was written by another world size and
+            ``other_world`` is false (its per-rank data positions would not match).
         """
         meta = json.loads((self.dir / tag / COMPLETE).read_text())
-        if int(meta["world_size"]) != self.world:
+        if int(meta["world_size"]) != self.world and not other_world:
             raise CheckpointResumeError(f"checkpoint {self.dir / tag} was written by {meta['world_size']} ranks, this run "
                                f"has {self.world}: resume with the same number of ranks, or start a new run "
                                f"with --tune-from {self.dir / tag}")
@@ -318,13 +328,17 @@ class CheckpointManager:
                                               load_lr_scheduler_states=True)
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {self.dir / tag}")
+        if int(meta["world_size"]) != self.world:
+            return dict(client or {}), None   # rank*.pt belong to the old ranks
         rank_state = torch.load(self.dir / tag / f"rank{self.rank:05d}.pt", weights_only=False)
         return dict(client or {}), rank_state
 
 
 def plain_state_dict(module: torch.nn.Module) -> dict:
-    """The module's state dict on CPU with floating tensors in float32 (bf16/fp16 engines)."""
-    return {k: (v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
+    """The module's state dict on CPU with floating tensors in float32 (bf16/fp16 engines), keys of the
+    bare model: a ``torch.compile`` wrapper's ``_orig_mod.`` (also of a compiled submodule) removed."""
+    return {re.sub(r"(^|\.)_orig_mod\.", r"\1", k): (v.detach().float().cpu() if v.is_floating_point()
+                                                      else v.detach().cpu())
             for k, v in module.state_dict().items()}
 
 
@@ -383,7 +397,9 @@ def load_finetune_weights(model: torch.nn.Module, path: str | Path, *,
             skipped.append(k)
     missing = [k for k in own if k not in take and k not in skipped]
     if missing:
+        cause = wrapper_mismatch_cause(contents.state_dict, own)
         raise RuntimeError(f"{contents.path}: {len(missing)} parameters of this model are not in the checkpoint "
-                           f"(first: {missing[:3]}); is --arch / --shift the same as the checkpoint's?")
+                           f"(first: {missing[:3]}); " + (f"cause: {cause}" if cause else
+                                                         "is --arch / --shift the same as the checkpoint's?"))
     model.load_state_dict({**own, **take})
     return {"loaded": len(take), "skipped": skipped, "source": source, "path": str(contents.path)}

@@ -12,24 +12,41 @@ from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
+import torch
 from torch.utils.data import DistributedSampler
 
 from tsm_ds.engine.guard import GuardSettings
+from tsm_ds.engine.reshard import remaining_shard
 
-__all__ = ["ResumableDistributedSampler", "StepStats", "TrainSettings", "run_summary", "write_run_result"]
+__all__ = ["ResumableDistributedSampler", "StepStats", "TrainSettings", "run_summary", "save_config_record",
+           "write_run_result", "build_loaders"]
 
 
 class ResumableDistributedSampler(DistributedSampler):
-    """``DistributedSampler`` that can skip the first ``skip`` indices of this rank's epoch order.
+    """``DistributedSampler`` that can start an epoch after its first ``skip`` indices per rank, at
+    any world size.
 
-    Used once after resuming mid-epoch: the skipped samples are never loaded.
+    All ranks together have then consumed the prefix ``P = skip x num_replicas`` of the epoch's
+    permutation (interleaved striding); the rest is padded with the permutation's start and
+    strided ``[rank::num_replicas]`` (:func:`tsm_ds.engine.reshard.remaining_shard`). At the world
+    size that consumed the prefix this is ``DistributedSampler``'s order minus its first ``skip``
+    indices (identical, tested); after a resume on another world size the trainer sets
+    ``skip = P / num_replicas`` and each clip left in the epoch comes once. Used once after resuming
+    mid-epoch: the skipped samples are never loaded.
     """
 
     skip: int = 0
 
     def __iter__(self):
-        it = list(super().__iter__())
-        return iter(it[self.skip:])
+        if self.drop_last:
+            return iter(list(super().__iter__())[self.skip:])
+        if self.shuffle:   # DistributedSampler's permutation of the epoch
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(len(self.dataset), generator=g).tolist()
+        else:
+            order = list(range(len(self.dataset)))
+        return iter(remaining_shard(order, self.skip * self.num_replicas, self.rank, self.num_replicas))
 
     def __len__(self):
         return super().__len__() - self.skip
@@ -61,6 +78,16 @@ class TrainSettings:
             then stop).
         inject_nan_step, inject_nan_rank: test hook: the loss of optimizer step ``inject_nan_step``
             (1-based) becomes NaN on rank ``inject_nan_rank`` only (not again after a rollback).
+        dist_timeout: seconds for every rank to join and for every collective (None:
+            ``$TSM_DS_DIST_TIMEOUT``, else 300; :mod:`tsm_ds.engine.rendezvous`).
+        stop_signals: signal names that make the run save at the next optimizer step and stop
+            (:mod:`tsm_ds.engine.preempt`; SLURM's ``--signal=USR1@120``); ``()``: none.
+        step_timeout, startup_timeout: hang watchdog limits in seconds (:mod:`tsm_ds.engine.watchdog`):
+            no progress (optimizer step, eval batch, checkpoint) within ``step_timeout``, or no first
+            optimizer step within ``startup_timeout`` of ``setup``, makes every rank write its Python
+            stacks to ``<run>/stacks/`` and exit with status 6; 0 turns a limit off.
+        channels_last: feed the clips channels-last per frame (:mod:`tsm_ds.engine.model_prep`).
+        compile: ``torch.compile`` the module through DeepSpeed's ``engine.compile()``.
     """
     run_dir: Path
     epochs: int = 50
@@ -82,6 +109,12 @@ class TrainSettings:
     max_rollbacks: int = 3
     inject_nan_step: int | None = None
     inject_nan_rank: int = 0
+    dist_timeout: float | None = None
+    stop_signals: tuple = ("SIGUSR1",)
+    step_timeout: float = 1800.0
+    startup_timeout: float = 3600.0
+    channels_last: bool = False
+    compile: bool = False
 
     def __post_init__(self):
         if self.on_divergence not in ("stop", "rollback"):
@@ -98,7 +131,9 @@ class StepStats:
     Attributes:
         loss_sum: sum of per-clip cross-entropy losses; clips: clips seen (float, for the sums).
         correct1, correct5: clips whose label is the top-1 / among the top-5 logits.
-        bad_videos: unreadable files the loader replaced.
+        bad_videos: unreadable files the loader replaced (encounters).
+        bad_files_new: unreadable files this rank saw that the run did not know yet
+            (:meth:`tsm_ds.data.bad_videos.BadVideoTracker.num_pending`; summed: exchange names if > 0).
         data_s, compute_s, comm_s: seconds waiting for data, in forward/backward/step, in the
             gradient all-reduce (the paper's three bottlenecks).
     """
@@ -111,6 +146,7 @@ class StepStats:
     data_s: float = 0.0
     compute_s: float = 0.0
     comm_s: float = 0.0
+    bad_files_new: float = 0.0
 
     def as_list(self) -> list[float]:
         """The fields in order, for one all-reduce."""
@@ -167,3 +203,61 @@ def write_run_result(run_dir: str | Path, status: str, fields: dict, *, log=None
     except OSError as e:
         if log is not None:
             log.error("could not write %s: %s", Path(run_dir) / "result.json", e)
+
+
+def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, filled: dict, *, world: int,
+                       steps_per_epoch: int, total_steps: int, groups: list, hosts: list[str]) -> None:
+    """Write ``<run>/config.json`` (rank 0): flags, the engine JSON as given and as resolved, what
+    ``"auto"`` became, world size, steps, per-group lrs, provenance and the hosts of every rank.
+
+    A resumed run keeps the first record and writes ``config.resumed-<time>.json`` beside it.
+    ``groups``: ``[(name, param group dict with "lr", "lr_mult", "weight_decay")]``; the record's
+    ``lr`` per group is the peak lr (base lr x ``lr_mult``), ``lr_at_start`` the group's lr now.
+    """
+    import time
+
+    import torch
+
+    from tsm_ds.engine import config as cfgmod
+
+    base_lr = float(cfgmod.optimizer_kind({**ds_cfg, "tsm_ds": tsm})[2]["params"]["lr"])
+    record = {"flags": s.record, "engine_json": raw, "resolved_ds_config": ds_cfg,
+              "resolved_tsm_ds": tsm, "auto_filled": filled, "world_size": world,
+              "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
+              # lr: the group's peak lr (base lr x lr_mult, what warm-up reaches); lr_at_start: the
+              # first step's (DeepSpeed's scheduler has already stepped once at initialize)
+              "param_groups": [{"name": n, "lr": base_lr * float(g["lr_mult"]), "lr_at_start": g["lr"],
+                                "lr_mult": g["lr_mult"], "weight_decay": g.get("weight_decay")} for n, g in groups],
+              "class_names": list(s.class_names), "torch_threads": torch.get_num_threads(),
+              "provenance": {**cfgmod.provenance(), "hosts": hosts}}
+    name = "config.json"
+    if s.resume and (Path(s.run_dir) / name).is_file():  # keep the first run's record
+        name = f"config.resumed-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    cfgmod.save_resolved(Path(s.run_dir) / name, record)
+
+
+def build_loaders(train_set, val_set, *, micro: int, world: int, rank: int, seed: int, num_workers: int,
+                  eval_batch_size: int | None = None) -> tuple:
+    """The trainer's data loaders: ``(sampler, loader_gen, loader, val_loader)``.
+
+    Training: :class:`ResumableDistributedSampler` (shuffled per epoch with ``seed``; ``set_epoch``
+    and ``skip`` are the trainer's), micro-batches of ``micro`` clips, incomplete ones dropped,
+    worker seeds from ``loader_gen`` (re-seeded per epoch by the trainer, not the global RNG).
+    Validation (None without a val set): every clip once per rank's share, in order, batches of
+    ``eval_batch_size`` (default ``micro``); the padding of ``DistributedSampler`` is removed by
+    :func:`tsm_ds.engine.evaluate.gather_predictions`.
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+    sampler = ResumableDistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                                          drop_last=False)
+    loader_gen = torch.Generator()
+    loader = DataLoader(train_set, batch_size=micro, sampler=sampler, num_workers=num_workers, drop_last=True,
+                        generator=loader_gen, persistent_workers=False)
+    val_loader = None
+    if val_set is not None and len(val_set):
+        vs = DistributedSampler(val_set, num_replicas=world, rank=rank, shuffle=False)
+        val_loader = DataLoader(val_set, batch_size=eval_batch_size or micro, sampler=vs, num_workers=num_workers,
+                                generator=torch.Generator().manual_seed(seed))
+    return sampler, loader_gen, loader, val_loader

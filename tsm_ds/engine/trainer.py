@@ -30,27 +30,27 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, DistributedSampler
 
+from tsm_ds.data.bad_videos import BadVideoTracker
 from tsm_ds.engine import config as cfgmod
+from tsm_ds.engine import reshard
 from tsm_ds.engine.dist import device, hosts, init_distributed
 from tsm_ds.engine.checkpoint import (CheckpointManager, CheckpointSaveError, export_model, rng_state, set_rng_state,
                                       tag_for_step)
 from tsm_ds.engine.evaluate import gather_predictions, sync_batchnorm_stats, topk_accuracy
 from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, EngineGuard
+from tsm_ds.engine.model_prep import has_batchnorm, prepared_setup
 from tsm_ds.engine.monitor import ScalarWriter
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
-from tsm_ds.engine.settings import (ResumableDistributedSampler, StepStats, TrainSettings, run_summary,
-                                    write_run_result)
+from tsm_ds.engine.preempt import Preempted, StopSignal
+from tsm_ds.engine.settings import (ResumableDistributedSampler, StepStats, TrainSettings, build_loaders,
+                                    run_summary, save_config_record, write_run_result)
+from tsm_ds.engine.watchdog import watched_run, watched_setup
 from tsm_ds.models.groups import parameter_groups
 
 __all__ = ["ResumableDistributedSampler", "TrainSettings", "Trainer"]   # the first two from .settings
 
 log = logging.getLogger("tsm_ds.train")
-
-
-def _has_batchnorm(model) -> bool:
-    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
 class Trainer:
@@ -85,7 +85,6 @@ class Trainer:
         self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd))
         self.engine, self.global_step, self.best_top1, self.best_tag = None, 0, -1.0, None
         self.history: list[dict] = []
-        self._bad_videos = 0  # unreadable files replaced by the loader, all ranks, whole run
         self.lr_scale = 1.0   # product of the rollback lr factors so far (1: none)
         self.rollbacks = 0
         self.guard: EngineGuard | None = None
@@ -93,7 +92,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def _init_distributed(self):
-        self.rank, self.world = init_distributed()
+        self.rank, self.world = init_distributed(timeout_s=self.s.dist_timeout)
         self.device = device()
         self.device_name = self.device.type
 
@@ -101,19 +100,25 @@ class Trainer:
         """Resolve (``"auto"`` values) and validate the engine JSON for ``world`` ranks: the one
         config pass of a start (``self.resolve_count`` counts them). Raises ConfigError."""
         probe = [g for g in self.param_groups(self.model, 0.0) if len(list(g["params"]))]
+        raw, flags, self.reshard_plan = reshard.resume_engine_inputs(   # another world size: batch kept
+            self.raw, self.s.flags, run_dir=self.s.run_dir, resume=self.s.resume, world=world)
         self.resolved = cfgmod.resolve_config(
-            self.raw, world_size=world, train_samples=len(self.train_set), epochs=self.s.epochs,
-            max_steps=self.s.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe], flags=self.s.flags)
+            raw, world_size=world, train_samples=len(self.train_set), epochs=self.s.epochs,
+            max_steps=self.s.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe], flags=flags)
+        reshard.annotate_filled(self.resolved[2], self.reshard_plan)
         cfgmod.validate_config(self.resolved[0], self.resolved[1], device=device,
-                               has_batchnorm=_has_batchnorm(self.model))
+                               has_batchnorm=has_batchnorm(self.model))
         self.resolved_world = world
         self.resolve_count += 1
 
+    @watched_setup    # the hang watchdog's start-up limit covers set-up (tsm_ds.engine.watchdog)
+    @prepared_setup   # --channels-last / --compile around deepspeed.initialize (tsm_ds.engine.model_prep)
     def setup(self):
         """Resolve and validate the engine JSON, build the engine, loaders, checkpoints, writer."""
         import deepspeed
         from deepspeed.accelerator import get_accelerator
         from deepspeed.runtime.base_optimizer import ZeROOptimizer
+        self.stop = StopSignal(tuple(self.s.stop_signals)).install()   # caught from now on (preempt.py)
         # before DeepSpeed starts its communication backend (which may JIT-compile ops for minutes):
         # a recipe that cannot work on this device stops at once; the world size is the launcher's
         self._resolve(dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1")),
@@ -159,21 +164,14 @@ class Trainer:
         if self.manual_comm:
             eng.enable_backward_allreduce = False
 
-        # data
-        self.sampler = ResumableDistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank,
-                                                   shuffle=True, seed=s.seed, drop_last=False)
-        self.loader_gen = torch.Generator()
-        self.loader = DataLoader(self.train_set, batch_size=self.micro, sampler=self.sampler,
-                                 num_workers=s.num_workers, drop_last=True, generator=self.loader_gen,
-                                 persistent_workers=False)
-        self.val_loader = None
-        if self.val_set is not None and len(self.val_set):
-            vs = DistributedSampler(self.val_set, num_replicas=self.world, rank=self.rank, shuffle=False)
-            self.val_loader = DataLoader(self.val_set, batch_size=s.eval_batch_size or self.micro, sampler=vs,
-                                         num_workers=s.num_workers, generator=torch.Generator().manual_seed(s.seed))
+        # data (settings.build_loaders: the sampler, the loaders and their seeds)
+        self.sampler, self.loader_gen, self.loader, self.val_loader = build_loaders(
+            self.train_set, self.val_set, micro=self.micro, world=self.world, rank=self.rank, seed=s.seed,
+            num_workers=s.num_workers, eval_batch_size=s.eval_batch_size)
         self.ckpt = CheckpointManager(s.run_dir / "checkpoints", keep_last=s.keep_last, rank=self.rank,
                                       world_size=self.world)
         self.writer = ScalarWriter(tb_dir / "tsm_ds", enabled=self.rank == 0)
+        self.bad = BadVideoTracker(self.train_set, rank=self.rank, world_size=self.world)   # distinct files, once
         num_classes = len(s.class_names) or int((getattr(self.model, "config", None) or {}).get("num_classes", 2))
         self.guard = EngineGuard(eng, DivergenceGuard(s.guard, num_classes), manual_comm=self.manual_comm,
                                  reduce=self._reduce, last_good=self._last_good)
@@ -187,25 +185,16 @@ class Trainer:
                      self.global_batch, spe, self.total_steps,
                      "timed separately" if self.manual_comm else "inside DeepSpeed's ZeRO/bf16 optimizer "
                      "(time/comm_s not logged)")
-            record = {"flags": s.record, "engine_json": self.raw, "resolved_ds_config": ds_cfg,
-                      "resolved_tsm_ds": tsm, "auto_filled": filled, "world_size": self.world,
-                      "steps_per_epoch": spe, "total_steps": self.total_steps,
-                      "param_groups": [{"name": n, "lr": g["lr"], "lr_mult": g["lr_mult"],
-                                        "weight_decay": g.get("weight_decay")}
-                                       for n, g in zip(self.group_names, groups)],
-                      "class_names": list(s.class_names), "torch_threads": torch.get_num_threads(),
-                      "provenance": {**cfgmod.provenance(), "hosts": run_hosts}}
-            name = "config.json"
-            if s.resume and (s.run_dir / name).is_file():  # keep the first run's record
-                name = f"config.resumed-{time.strftime('%Y%m%d-%H%M%S')}.json"
-            cfgmod.save_resolved(s.run_dir / name, record)
+            save_config_record(s, self.raw, ds_cfg, tsm, filled, world=self.world, steps_per_epoch=spe,
+                               total_steps=self.total_steps, groups=list(zip(self.group_names, groups)),
+                               hosts=run_hosts)
 
     # ------------------------------------------------------------------ state
     def _client_state(self, epoch: int, micro_in_epoch: int) -> dict:
         return {"epoch": epoch, "micro_in_epoch": micro_in_epoch, "step": self.global_step,
                 "best_top1": self.best_top1, "best_tag": self.best_tag, "class_names": list(self.s.class_names),
                 "model_config": getattr(self.model, "config", None), "history": self.history,
-                "bad_videos": self._bad_videos, "img_size": self._img_size(), "lr_scale": self.lr_scale,
+                "bad_videos": self.bad.state_dict(), "img_size": self._img_size(), "lr_scale": self.lr_scale,
                 "rollbacks": self.rollbacks, "guard": self.guard.state_dict() if self.guard else None}
 
     def _img_size(self) -> int | None:
@@ -240,18 +229,20 @@ class Trainer:
                                  lrs=self._current_lrs())
         tag = self.ckpt.save(self.engine, step=self.global_step,
                              client_state=self._client_state(epoch, micro_in_epoch),
-                             rank_state=self._rank_state(epoch, micro_in_epoch), best_tag=self.best_tag)
+                             rank_state=self._rank_state(epoch, micro_in_epoch), best_tag=self.best_tag,
+                             meta=reshard.manifest_fields(self, epoch, micro_in_epoch))
         self._last_saved = self.global_step
+        self.watchdog.beat("checkpoint")
         return tag
 
     def _load(self, tag: str) -> tuple[int, int]:
         """Load checkpoint ``tag`` into the engine and the trainer; returns (epoch, micro-batch)."""
-        client, rank_state = self.ckpt.load(self.engine, tag)
+        client, rank_state = reshard.load(self, tag)   # any world size (tsm_ds.engine.reshard)
         self.global_step = int(client["step"])
         self.best_top1 = float(client.get("best_top1", -1.0))
         self.best_tag = client.get("best_tag")
         self.history = list(client.get("history", []))
-        self._bad_videos = int(client.get("bad_videos", 0))
+        self.bad.load_state_dict(client.get("bad_videos"))
         self.lr_scale = float(client.get("lr_scale", 1.0))
         self.rollbacks = int(client.get("rollbacks", 0))
         if client.get("guard"):
@@ -294,7 +285,7 @@ class Trainer:
         sync_batchnorm_stats(self.engine.module)
         if hasattr(self.val_set, "set_epoch"):
             self.val_set.set_epoch(0)
-        _, scores, labels = gather_predictions(self.engine, self.val_loader)
+        _, scores, labels = gather_predictions(self.engine, self.watchdog.beating(self.val_loader, "eval"))
         res = topk_accuracy(scores, labels, ks=(1, 5))
         if len(labels):
             res["loss"] = float(F.cross_entropy(scores, labels))
@@ -323,6 +314,7 @@ class Trainer:
             write_run_result(self.s.run_dir, status, {"rollbacks": self.rollbacks, "lr_scale": self.lr_scale,
                                                       **fields}, log=log)
 
+    @watched_run
     def fit(self) -> dict:
         """Train; returns ``{"step", "epoch", "val": last validation, "best_top1", "history",
         "rollbacks", "lr_scale"}``. Raises DivergenceError / CheckpointSaveError (see the class)."""
@@ -360,7 +352,12 @@ class Trainer:
         except CheckpointSaveError as e:
             self._write_result("save_failed", {"error": str(e)})
             raise
+        except Preempted as e:
+            self._write_result("preempted", {"step": e.step, "checkpoint": str(self.ckpt.dir / e.tag),
+                                             "signal": e.signal_name})
+            raise
         finally:
+            self.stop.restore()
             self.bar.close()
             self.writer.close()
 
@@ -372,7 +369,7 @@ class Trainer:
         if skip_micro >= micro_per_epoch:
             start_epoch, skip_micro = start_epoch + 1, 0
         params = [p for p in eng.module.parameters() if p.requires_grad]
-        bad_total, val, epoch, micro_i = self._bad_videos, {}, start_epoch, skip_micro
+        val, epoch, micro_i = {}, start_epoch, skip_micro
         t_step = time.perf_counter()
         acc = StepStats()   # this rank's sums over the step's micro-batches
         for epoch in range(start_epoch, s.epochs):
@@ -422,7 +419,7 @@ class Trainer:
                     hit = top == label.view(-1, 1)
                 acc.correct1 += float(hit[:, :1].any(1).sum())
                 acc.correct5 += float(hit.any(1).sum())
-                acc.bad_videos += int(torch.as_tensor(batch.get("bad", 0)).sum())
+                acc.bad_videos += self.bad.add(batch)   # encounters; its files wait for the step's exchange
                 acc.data_s += t1 - t0
                 acc.compute_s += (t2 - t1) + (t4 - t3)
                 acc.comm_s += t3 - t2
@@ -430,16 +427,17 @@ class Trainer:
                 if not boundary:
                     continue
                 self.global_step += 1
-                r = StepStats.from_list(self._reduce(acc.as_list()))   # sums over ranks
+                acc.bad_files_new = self.bad.num_pending()
+                sums = self._reduce(acc.as_list() + [self.stop.flag])   # sums over ranks; any rank signalled?
+                r, stop_now = StepStats.from_list(sums[:-1]), sums[-1] > 0
                 acc = StepStats()
                 now = time.perf_counter()
-                bad_total += int(r.bad_videos)
-                self._bad_videos = bad_total
+                bad_files, bad_total = self.bad.sync(r.bad_files_new, r.bad_videos)   # distinct, encounters
                 metrics = {"train/loss": r.loss_sum / r.clips, "train/top1": 100 * r.correct1 / r.clips,
                            "train/top5": 100 * r.correct5 / r.clips, "perf/clips_per_s": r.clips / max(now - t_step, 1e-9),
                            "time/data_wait_s": r.data_s / self.world, "time/compute_s": r.compute_s / self.world,
                            "time/comm_s": r.comm_s / self.world if self.manual_comm else None,
-                           "train/skipped_steps": eng.skipped_steps, "data/bad_videos": bad_total,
+                           "train/skipped_steps": eng.skipped_steps, "data/bad_videos": bad_files, "data/bad_video_encounters": bad_total,
                            "train/grad_norm": self.guard.grad_norm}
                 t_step = now
                 for name, lr in step_lrs.items():
@@ -453,12 +451,18 @@ class Trainer:
                 bar.set_postfix(epoch=epoch, loss=f"{metrics['train/loss']:.3f}",
                                 clips_s=f"{metrics['perf/clips_per_s']:.1f}")
                 self.last_metrics = metrics
+                self.watchdog.beat("step", self.global_step)
                 if s.step_callback is not None:
                     s.step_callback(self, self.global_step)
                 if s.save_every_steps and self.global_step % s.save_every_steps == 0 \
                         and micro_i < micro_per_epoch and self.global_step < self.total_steps:
                     # (the end of an epoch or of the run saves after validation instead)
                     self.save(epoch, micro_i)
+                if stop_now:   # a stop signal (SLURM's time-limit warning) on some rank: save here, stop
+                    end = micro_i >= micro_per_epoch
+                    tag = (tag_for_step(self.global_step) if self._last_saved == self.global_step
+                           else self.save(epoch + 1 if end else epoch, 0 if end else micro_i))
+                    raise Preempted(self.global_step, tag, self.stop.received or "a stop signal on another rank")
             del it
             done = micro_i >= micro_per_epoch
             val = self.evaluate()
