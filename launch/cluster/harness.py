@@ -151,7 +151,9 @@ class Cluster:
 
     def __init__(self, root, keep=()):
         self.root = Path(root).absolute()
-        self.keep = [Path(p).resolve() for p in keep]
+        # the path as the jobs will name it (a symlink under /tmp, e.g. a CI checkout's ../shared, is
+        # bound at that place; mount --bind follows it to its target) and the target itself
+        self.keep = list(dict.fromkeys(q for p in keep for q in (Path(os.path.abspath(p)), Path(p).resolve())))
         self.shared = self.root / "shared"
         self.procs: dict[str, subprocess.Popen | int] = {}
         self.namespaces: set[str] = set()
