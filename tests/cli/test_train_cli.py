@@ -11,19 +11,28 @@ import pytest
 import torch
 
 from tsm_ds import train
-from tsm_ds.cli.train import select_data
+from tsm_ds.cli.train import parse_config, select_data
 from tsm_ds.data import splits
 from tsm_ds.data.splits import build_datasets
 from tsm_ds.engine.dist import set_accelerator_env, set_threads
 
 
+def _cfg(argv, environ=None):
+    return parse_config(argv, environ={} if environ is None else environ)[0]
+
+
 def test_official_kinetics_defaults():
-    a = train.build_parser().parse_args([])
-    assert (a.arch, a.num_segments, a.shift, a.shift_div, a.shift_place, a.dropout, a.epochs, a.img_size) == \
-        ("resnet50", 8, "bidirectional", 8, "blockres", 0.5, 50, 224)
-    assert a.lr is None and a.lr_steps is None and a.clip_grad is None  # filled from the JSON rules
-    a = train.build_parser().parse_args(["--deepspeed_config", "x.json", "--local_rank", "1", "--resume", "auto"])
-    assert (a.deepspeed_config, a.local_rank, a.resume) == ("x.json", 1, "auto")
+    c = _cfg([])
+    m = c.model
+    assert (m.arch, m.num_segments, m.shift, m.shift_div, m.shift_place, m.dropout, c.schedule.epochs,
+            c.data.img_size) == ("resnet50", 8, "bidirectional", 8, "blockres", 0.5, 50, 224)
+    s = c.schedule
+    assert s.lr is None and s.lr_steps is None and s.clip_grad is None  # filled from the JSON rules
+    c = _cfg(["--deepspeed_config", "x.json", "--local_rank", "1", "--resume", "auto"])
+    assert (c.engine.deepspeed_config, c.distributed.local_rank, c.output.resume) == ("x.json", 1, "auto")
+    # what the deepspeed launcher and DeepSpeed's own argument conventions pass
+    c = _cfg(["--deepspeed", "--deepspeed_config", "y.json", "--local_rank=0"])
+    assert c.engine.deepspeed_config == "y.json" and c.distributed.local_rank == 0
 
 
 def test_accelerator_env(monkeypatch):
@@ -51,8 +60,8 @@ def test_threads_divided_between_local_ranks(monkeypatch):
 
 def test_real_clips_split_by_source_group(shared_data, tmp_path):
     import logging
-    a = train.build_parser().parse_args(["--data", str(shared_data / "videos"), "--img-size", "32",
-                                         "--num-segments", "2", "--output-dir", str(tmp_path)])
+    a = _cfg(["--data", str(shared_data / "videos"), "--img-size", "32", "--num-segments", "2",
+              "--output-dir", str(tmp_path)])
     split, flip = select_data(a, logging.getLogger("t"))
     tr, va = build_datasets(split, num_segments=2, img_size=32, flip=flip)
     names, desc = split.class_names, split.description
@@ -77,7 +86,7 @@ def test_no_data_message(monkeypatch, tmp_path):
         return real_import(name, *args, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_synthetic)
-    a = train.build_parser().parse_args(["--output-dir", str(tmp_path)])
+    a = _cfg(["--output-dir", str(tmp_path)])
     with pytest.raises(ValueError, match=r"no training data: pass --data DIR .*--train-list/--val-list"):
         select_data(a, logging.getLogger("t"))
 
@@ -149,13 +158,12 @@ def test_demo_dataset_fallback(monkeypatch, tmp_path):
     pytest.importorskip("tsm_ds.data.synthetic")
     monkeypatch.setattr(splits, "DEFAULT_SHARED", tmp_path / "absent")
     monkeypatch.delenv("TSM_DS_DATA", raising=False)
-    a = train.build_parser().parse_args(["--output-dir", str(tmp_path), "--demo-clips", "2", "--img-size", "32",
-                                         "--num-segments", "4"])
+    a = _cfg(["--output-dir", str(tmp_path), "--demo-clips", "2", "--img-size", "32", "--num-segments", "4"])
     split, flip = select_data(a, logging.getLogger("t"))
     tr, va = build_datasets(split, num_segments=4, img_size=32, flip=flip)
     names = split.class_names
     assert split.demo and not flip  # direction classes: a flipped "moving_left" clip would be "moving_right"
-    assert not a.no_flip            # the command decides; the parsed flags stay as given
+    assert a.data.flip              # the command decides; the parsed tree stays as given
     assert len(names) == 4 and len(tr) == 2 * 4 and len(va) == 2 * 4
     assert sorted(r.label for r in tr.records) == [0, 0, 1, 1, 2, 2, 3, 3]
     item = tr[0]

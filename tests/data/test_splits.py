@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 
 from tsm_ds.cli import eval as eval_cli
-from tsm_ds.cli.train import build_parser as train_parser
-from tsm_ds.cli.train import select_data
+from tsm_ds.cli.train import parse_config, select_data
+from tsm_ds.config import Config, parse
+from tsm_ds.config.commands import EVAL
+from tsm_ds.config.record import run_record
 from tsm_ds.data import splits
 from tsm_ds.data.splits import resolve_split, split_from_record
 from tsm_ds.inference.evaluate import find_run_config, load_records
@@ -47,15 +49,28 @@ def _paths(records) -> list[str]:
     return [r.path for r in records]
 
 
+def _train_cfg(argv: list[str]):
+    """The train command's tree (flags, then $TSM_DS_DATA), its notes logged as the command does."""
+    cfg, notes = parse_config(argv, environ=dict(os.environ))
+    for note in notes:
+        LOG.info("%s", note)
+    return cfg
+
+
 def _train_split(*flags: str, tmp_path: Path):
-    args = train_parser().parse_args(list(flags) + ["--output-dir", str(tmp_path / "runs")])
-    split, _flip = select_data(args, LOG)
+    split, _flip = select_data(_train_cfg(list(flags) + ["--output-dir", str(tmp_path / "runs")]), LOG)
     return split
 
 
+def _records(argv: list[str]):
+    """``tsm-ds eval``'s records for its command line (parsed as the command parses it)."""
+    cfg = parse(EVAL, Config, argv)[0]
+    return load_records(cfg.checkpoint.checkpoint, data=cfg.data.data, list_file=cfg.eval.list, root=cfg.eval.root,
+                        split=cfg.eval.split, val_fraction=cfg.data.val_fraction)
+
+
 def _eval(*flags: str) -> tuple[list[str], list[str] | None, dict]:
-    args = eval_cli.build_parser().parse_args(["--checkpoint", "unused.pt", "--out", "unused"] + list(flags))
-    records, names, info = load_records(args)
+    records, names, info = _records(["--checkpoint", "unused.pt", "--out", "unused"] + list(flags))
     return _paths(records), names, info
 
 
@@ -115,15 +130,15 @@ def test_holdout_tree(tmp_path):
 
 
 def _run_dir(tmp_path: Path, args_flags: list[str], name: str = "run") -> tuple[Path, object]:
-    """A run folder with config.json as the train command writes it (flags + split record)."""
-    args = train_parser().parse_args(args_flags + ["--output-dir", str(tmp_path / "runs")])
-    split, flip = select_data(args, LOG)
+    """A run folder with config.json as the train command writes it (the tree + split record)."""
+    cfg = _train_cfg(args_flags + ["--output-dir", str(tmp_path / "runs")])
+    split, flip = select_data(cfg, LOG)
     run = tmp_path / name
     (run / "checkpoints" / "step00000001").mkdir(parents=True)
     (run / "best_model.pt").write_bytes(b"")
-    record = dict(vars(args), split=split.as_dict(), no_flip=not flip)
-    (run / "config.json").write_text(json.dumps({"flags": record, "class_names": split.class_names},
-                                                default=str))
+    record = run_record(cfg, deepspeed_config="cpu_fp32.json", data_description=split.description,
+                        split=split.as_dict(), flip=flip)
+    (run / "config.json").write_text(json.dumps({**record, "class_names": split.class_names}, default=str))
     return run, split
 
 
@@ -136,17 +151,21 @@ def test_val_fraction_reproduced_from_config_json(tmp_path):
     for ck in (run / "best_model.pt", run / "last_model.pt", run, run / "checkpoints",
                run / "checkpoints" / "step00000001"):
         assert find_run_config(ck) == run / "config.json"
-        args = eval_cli.build_parser().parse_args(["--checkpoint", str(ck), "--out", "unused"])
-        records, names, info = load_records(args)
+        records, names, info = _records(["--checkpoint", str(ck), "--out", "unused"])
         assert _paths(records) == expected_val and names == ["a", "b", "c"]
         assert info["split"] == "val" and str(run / "config.json") in info["description"]
         assert info["run_split"]["val_fraction"] == 0.4 and info["run_split"]["kind"] == "holdout"
-    args = eval_cli.build_parser().parse_args(["--checkpoint", str(run), "--out", "u", "--split", "train"])
-    assert _paths(load_records(args)[0]) == _paths(split.train)
-    # a config.json of an older version (flags only, no split record) gives the same records
+    assert _paths(_records(["--checkpoint", str(run), "--out", "u", "--split", "train"])[0]) == _paths(split.train)
+    # a config.json without the split record gives the same records (from the data fields)
     old = json.loads((run / "config.json").read_text())
-    del old["flags"]["split"]
+    del old["split"]
     assert _paths(split_from_record(old).val) == expected_val
+    # so does a schema-1 config.json (tsm_ds <= 52ba896: flat "flags", with or without "split")
+    legacy = {"flags": {"data": str(root), "val_fraction": 0.4, "train_list": None, "val_list": None,
+                        "classes": None, "split": split.as_dict()}}
+    assert _paths(split_from_record(legacy).val) == expected_val
+    del legacy["flags"]["split"]
+    assert _paths(split_from_record(legacy).val) == expected_val
     # data that now resolves differently is refused, not silently evaluated
     _touch(root, ["train/a/x.mp4", "val/a/y.mp4"])
     with pytest.raises(ValueError, match=r"split as 'holdout'.*now resolves as 'train_val_folders'"):
@@ -167,8 +186,7 @@ def test_lists_relative_to_data(tmp_path):
     assert split.kind == "lists" and split.class_names == ["xx", "yy"]
     assert _paths(split.train) == [str(data / "x/one.mp4"), str(data / "y/three.mp4")]
     assert _paths(split.val) == [str(data / "x/two.mp4")]
-    args = eval_cli.build_parser().parse_args(["--checkpoint", str(run / "best_model.pt"), "--out", "u"])
-    records, names, _ = load_records(args)
+    records, names, _ = _records(["--checkpoint", str(run / "best_model.pt"), "--out", "u"])
     assert _paths(records) == [str(data / "x/two.mp4")] and names == ["xx", "yy"]
     # without data, paths are relative to the list file's folder; class names default to class_<i>
     alone = resolve_split(train_list=lists / "train.txt")
@@ -201,7 +219,7 @@ def test_missing_or_empty_data_is_named(tmp_path):
 
 
 def _eval_in(checkpoint: Path):
-    return load_records(eval_cli.build_parser().parse_args(["--checkpoint", str(checkpoint), "--out", "u"]))
+    return _records(["--checkpoint", str(checkpoint), "--out", "u"])
 
 
 def test_demo_only_when_asked_and_logged(monkeypatch, tmp_path, caplog):
@@ -233,12 +251,12 @@ def test_demo_only_when_asked_and_logged(monkeypatch, tmp_path, caplog):
     # nothing given and nothing found: the train command asks for the demo and says so
     monkeypatch.delenv("TSM_DS_DATA")
     caplog.clear()
-    args = train_parser().parse_args(["--output-dir", str(tmp_path / "runs"), "--demo-clips", "3", "--seed", "5"])
-    split, flip = select_data(args, LOG)
+    cfg = _train_cfg(["--output-dir", str(tmp_path / "runs"), "--demo-clips", "3", "--seed", "5"])
+    split, flip = select_data(cfg, LOG)
     assert calls == [(tmp_path / "runs" / "demo_data", 5, 3)] and split.demo and not flip
     assert "using the generated demo dataset in" in caplog.text
     assert "demo dataset: direction classes, so horizontal flip is turned off" in caplog.text
-    assert args.no_flip is False and args.data is None and args.train_list is None   # flags untouched
+    assert cfg.data.flip and cfg.data.data is None and cfg.data.train_list is None   # the tree untouched
 
 
 # ------------------------------------------------------------------------------------------------
@@ -275,7 +293,7 @@ def test_eval_checkpoint_without_data_flag_uses_the_runs_validation_clips(tmp_pa
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-4000:]
     run = tmp_path / "runs" / "tiny"
-    rec = json.loads((run / "config.json").read_text())["flags"]["split"]
+    rec = json.loads((run / "config.json").read_text())["split"]
     assert (rec["kind"], rec["val_fraction"], rec["val_clips"]) == ("holdout", 0.5, 4)
 
     capsys.readouterr()

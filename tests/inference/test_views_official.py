@@ -156,14 +156,16 @@ def test_legacy_three_crops():
 
 
 def test_cli_flags_parse():
-    a = eval_cli.build_parser().parse_args(["--checkpoint", "c", "--out", "o", "--num-crops", "5",
-                                            "--full-res", "--resize", "official"])
+    from tsm_ds.config import Config, parse
+    from tsm_ds.config.commands import EVAL, PREDICT
+
+    a = parse(EVAL, Config, ["--checkpoint", "c", "--out", "o", "--num-crops", "5", "--full-res", "--resize",
+                             "official"])[0].views
     assert (a.num_crops, a.full_res, a.resize) == (5, True, "official")
-    a = eval_cli.build_parser().parse_args(["--checkpoint", "c", "--out", "o", "--num-crops", "3"])
+    a = parse(EVAL, Config, ["--checkpoint", "c", "--out", "o", "--num-crops", "3"])[0].views
     assert (a.num_crops, a.full_res, a.resize) == (3, None, "box")
-    b = predict_cli.build_parser().parse_args(["v.mp4", "--checkpoint", "c", "--num-crops", "3",
-                                               "--no-full-res"])
-    assert (b.num_crops, b.full_res) == (3, False)
+    b = parse(PREDICT, Config, ["v.mp4", "--checkpoint", "c", "--num-crops", "3", "--no-full-res"])[0]
+    assert (b.views.num_crops, b.views.full_res, b.predict.videos) == (3, False, ["v.mp4"])
     with pytest.raises(SystemExit):
         eval_cli.build_parser().parse_args(["--checkpoint", "c", "--out", "o", "--num-crops", "4"])
 

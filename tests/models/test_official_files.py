@@ -1,7 +1,6 @@
 """Official files that used to be refused: the online demo's MobileNetV2 checkpoint, names with any
 suffix, renamed files read with the TSN options given as flags, and mismatch messages that name
 the real cause. Fake official files are made in tmp_path (random weights)."""
-import argparse
 import re
 import warnings
 
@@ -9,7 +8,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tsm_ds.cli._common import add_official_args
+from tsm_ds.cli._common import model_overrides
+from tsm_ds.config import Config, parse
+from tsm_ds.config.commands import EVAL
 from tsm_ds.engine.checkpoint_reader import read_checkpoint
 from tsm_ds.inference.loading import checkpoint_overrides, load_for_inference
 from tsm_ds.models import build_model, load_official_checkpoint, parse_official_name
@@ -192,12 +193,10 @@ def test_renamed_file_with_tsn_flags(tmp_path):
     _official_file(ref, path)
     with pytest.raises(ValueError, match=re.escape("'ckpt.best.pth.tar' is not an official TSM checkpoint name")):
         read_checkpoint(path)
-    p = argparse.ArgumentParser()
-    p.add_argument("--num-segments", type=int)
-    add_official_args(p)
-    args = p.parse_args(["--arch", "resnet18", "--num-segments", "4", "--shift", "bidirectional",
-                         "--shift-div", "4", "--shift-place", "block", "--temporal-pool", "--dropout", "0.3"])
-    over = checkpoint_overrides(args)
+    # the checkpoint commands' model options (generated from the configuration tree)
+    argv = ["--checkpoint", str(path), "--out", "unused", "--arch", "resnet18", "--num-segments", "4", "--shift",
+            "bidirectional", "--shift-div", "4", "--shift-place", "block", "--temporal-pool", "--dropout", "0.3"]
+    over = model_overrides(parse(EVAL, Config, argv)[0])
     assert over == {"arch": "resnet18", "num_segments": 4, "shift": "bidirectional", "shift_div": 4,
                     "shift_place": "block", "temporal_pool": True, "dropout": 0.3}
     contents = read_checkpoint(path, official_overrides=over)
@@ -206,8 +205,10 @@ def test_renamed_file_with_tsn_flags(tmp_path):
     x = torch.randn(1, 4, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(x), ref(x), rtol=0, atol=0)
-    assert checkpoint_overrides(p.parse_args(["--shift", "none", "--no-temporal-pool"])) == \
-        {"shift": None, "temporal_pool": False}
+    argv = ["--checkpoint", "c", "--out", "o", "--shift", "none", "--no-temporal-pool"]
+    assert model_overrides(parse(EVAL, Config, argv)[0]) == {"shift": None, "temporal_pool": False}
+    assert checkpoint_overrides({"shift": "none", "num_classes": 174, "arch": None}) == {"shift": None,
+                                                                                          "num_classes": 174}
 
 
 # ---- mismatch messages name the cause ----

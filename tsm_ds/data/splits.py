@@ -14,7 +14,7 @@
 :meth:`Split.as_dict` records the arguments (absolute paths) and the kind; :func:`split_from_record`
 resolves them again from a run's ``config.json``, which is how ``tsm-ds eval --checkpoint RUN/...``
 finds the run's validation clips. Nothing here falls back to other data: :func:`default_data`
-(``$TSM_DS_DATA``, then ../shared/data/videos) and :func:`demo_split` (the generated demo dataset)
+(../shared/data/videos) and :func:`demo_split` (the generated demo dataset)
 are called explicitly by the train command, which logs its choice.
 """
 from __future__ import annotations
@@ -191,18 +191,23 @@ def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os
 
 
 def split_from_record(record: dict) -> Split:
-    """Resolve a run's split again from its ``config.json`` (the whole record or its ``flags``).
+    """Resolve a run's split again from its ``config.json`` (the whole record, or a schema-1 ``flags``).
 
-    Uses ``flags["split"]`` (:meth:`Split.as_dict`, written by the train command) when present, else
-    the data flags ``data`` / ``train_list`` / ``val_list`` / ``classes`` / ``val_fraction``.
+    Uses the record's ``split`` (:meth:`Split.as_dict`, written by the train command; schema 1:
+    ``flags["split"]``) when present, else the data fields ``data`` / ``train_list`` / ``val_list``
+    / ``classes`` / ``val_fraction`` (schema 2: ``config.data``; schema 1: ``flags``).
     A clip count that differs from the recorded one (the data changed since) is logged as a warning.
 
     Raises:
         ValueError: the record names no data (a run of an older version on default data), or the
             data now resolves to another kind than recorded; errors of :func:`resolve_split`.
     """
-    flags = record.get("flags", record)
-    rec = flags.get("split") or {}
+    if "config" in record:   # schema 2 (tsm_ds.config.record)
+        flags = record["config"].get("data", {})
+        rec = record.get("split") or {}
+    else:
+        flags = record.get("flags", record)
+        rec = flags.get("split") or {}
     src = rec or flags
     args = {k: src.get(k) for k in ("data", "train_list", "val_list", "classes")}
     if not args["data"] and not args["train_list"]:
@@ -222,12 +227,9 @@ def split_from_record(record: dict) -> Split:
 
 
 def default_data() -> tuple[Path | None, str]:
-    """The data folder to train on when no data argument is given, and where it comes from:
-    ``($TSM_DS_DATA, "$TSM_DS_DATA")``, else ``(DEFAULT_SHARED, "the project's shared clips")`` when
-    that folder exists, else ``(None, "")``."""
-    env = os.environ.get("TSM_DS_DATA")
-    if env:
-        return Path(env), "$TSM_DS_DATA"
+    """The data folder to train on when no data argument (nor ``$TSM_DS_DATA``, which the command
+    line reads into ``data.data``) is given, and where it comes from: ``(DEFAULT_SHARED, "the
+    project's shared clips")`` when that folder exists, else ``(None, "")``."""
     if DEFAULT_SHARED.is_dir():
         return DEFAULT_SHARED, "the project's shared clips"
     return None, ""

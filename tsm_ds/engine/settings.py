@@ -67,7 +67,8 @@ class TrainSettings:
         keep_last: complete checkpoints kept besides the best.
         class_names: stored with every checkpoint and export.
         flags: command-line values for ``config.resolve_config`` (``FLAG_KEYS`` names).
-        record: everything to store in ``config.json`` besides the engine JSON (the CLI flags).
+        record: what ``config.json`` holds besides the engine JSON: the configuration tree and the
+            run's data (:func:`tsm_ds.config.record.run_record`).
         eval_batch_size: clips per rank per validation batch (None = the micro-batch).
         progress: tqdm bar on rank 0.
         step_callback: ``f(trainer, step)`` after each optimizer step (hooks, fault injection).
@@ -207,7 +208,7 @@ def write_run_result(run_dir: str | Path, status: str, fields: dict, *, log=None
 
 def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, filled: dict, *, world: int,
                        steps_per_epoch: int, total_steps: int, groups: list, hosts: list[str]) -> None:
-    """Write ``<run>/config.json`` (rank 0): flags, the engine JSON as given and as resolved, what
+    """Write ``<run>/config.json`` (rank 0): ``s.record`` (the configuration tree, the split), the engine JSON as given and as resolved, what
     ``"auto"`` became, world size, steps, per-group lrs, provenance and the hosts of every rank.
 
     A resumed run keeps the first record and writes ``config.resumed-<time>.json`` beside it.
@@ -221,7 +222,7 @@ def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, f
     from tsm_ds.engine import config as cfgmod
 
     base_lr = float(cfgmod.optimizer_kind({**ds_cfg, "tsm_ds": tsm})[2]["params"]["lr"])
-    record = {"flags": s.record, "engine_json": raw, "resolved_ds_config": ds_cfg,
+    record = {**s.record, "engine_json": raw, "resolved_ds_config": ds_cfg,
               "resolved_tsm_ds": tsm, "auto_filled": filled, "world_size": world,
               "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
               # lr: the group's peak lr (base lr x lr_mult, what warm-up reaches); lr_at_start: the

@@ -57,7 +57,7 @@ def find_run_config(checkpoint: str | os.PathLike) -> Path:
     ``RUN/last_model.pt``, ``RUN``, ``RUN/checkpoints`` or ``RUN/checkpoints/<tag>``.
 
     Raises:
-        FileNotFoundError: no ``config.json`` with a ``flags`` record there (the places looked at
+        FileNotFoundError: no run's ``config.json`` there (the places looked at
             are named).
     """
     p = Path(checkpoint)
@@ -71,7 +71,8 @@ def find_run_config(checkpoint: str | os.PathLike) -> Path:
         cfg = d / "config.json"
         if cfg.is_file():
             try:
-                if "flags" in json.loads(cfg.read_text(encoding="utf-8")):
+                rec = json.loads(cfg.read_text(encoding="utf-8"))
+                if "config" in rec or "flags" in rec:   # schema 2 or 1 (tsm_ds.config.record)
                     return cfg
             except ValueError:
                 pass
@@ -79,61 +80,81 @@ def find_run_config(checkpoint: str | os.PathLike) -> Path:
                             f"next to the checkpoint {checkpoint} (looked in {', '.join(map(str, places))})")
 
 
-def load_records(args: Any) -> tuple[list, list[str] | None, dict]:
-    """The evaluation records, the dataset's class names (None for ``--list`` files) and where they
-    came from, from the ``tsm-ds eval`` flags.
+def load_records(checkpoint: str | os.PathLike, *, data: str | None = None, list_file: str | None = None,
+                 root: str | None = None, split: str | None = None, val_fraction: float = 0.2
+                 ) -> tuple[list, list[str] | None, dict]:
+    """The evaluation records, the dataset's class names (None for list files) and where they
+    came from, from the ``tsm-ds eval`` options.
 
-    - ``--list FILE [--root DIR]``: a video list (``path label`` lines); ``--split`` is refused.
-    - ``--data DIR``: resolved as training does (:func:`tsm_ds.data.splits.resolve_split`, with
-      ``--val-fraction``); ``--split train|val|all`` picks the side; default: ``val`` when the data
+    - ``list_file`` (``--list FILE [--root DIR]``): a video list (``path label`` lines); ``split`` is refused.
+    - ``data`` (``--data DIR``): resolved as training does (:func:`tsm_ds.data.splits.resolve_split`, with
+      ``val_fraction``); ``split`` train|val|all picks the side; default: ``val`` when the data
       carries its own split (manifest, ``train/`` + ``val/``), ``all`` for a plain class-folder tree.
-    - neither: the run's ``config.json`` next to ``--checkpoint`` (:func:`find_run_config`) is resolved
-      again (:func:`tsm_ds.data.splits.split_from_record`); ``--split`` default ``val``.
+    - neither: the run's ``config.json`` next to ``checkpoint`` (:func:`find_run_config`) is resolved
+      again (:func:`tsm_ds.data.splits.split_from_record`); ``split`` default ``val``.
 
     Returns:
         (records, class names or None, ``{"data", "split", "description"}``).
 
     Raises:
         FileNotFoundError / NotADirectoryError: missing data, list or run config (named).
-        ValueError: ``--split`` with ``--list``, or no videos found.
+        ValueError: ``split`` with a list file, or no videos found.
     """
     from tsm_ds.data import records as rec
     from tsm_ds.data import splits
 
-    side = getattr(args, "split", None)
-    if args.list:
+    side = split
+    if list_file:
         if side is not None:
             raise ValueError("--split applies to --data or a run's config.json, not to --list")
-        records, names = rec.read_video_list(args.list, root=args.root), None
-        info = {"data": str(args.list), "split": None, "description": f"list file {args.list}"}
-    elif args.data:
-        split = splits.resolve_split(data=args.data, val_fraction=getattr(args, "val_fraction", 0.2))
-        side = side or ("all" if split.kind == "holdout" else "val")
-        records, names = split.side(side), split.class_names
-        info = {"data": str(args.data), "split": side,
-                "description": f"{split.description}; {side} side"}
+        records, names = rec.read_video_list(list_file, root=root), None
+        info = {"data": str(list_file), "split": None, "description": f"list file {list_file}"}
+    elif data:
+        sp = splits.resolve_split(data=data, val_fraction=val_fraction)
+        side = side or ("all" if sp.kind == "holdout" else "val")
+        records, names = sp.side(side), sp.class_names
+        info = {"data": str(data), "split": side,
+                "description": f"{sp.description}; {side} side"}
     else:
-        cfg = find_run_config(args.checkpoint)
-        split = splits.split_from_record(json.loads(cfg.read_text(encoding="utf-8")))
+        cfg = find_run_config(checkpoint)
+        sp = splits.split_from_record(json.loads(cfg.read_text(encoding="utf-8")))
         side = side or "val"
-        records, names = split.side(side), split.class_names
-        info = {"data": str(cfg), "split": side, "run_split": split.as_dict(),
-                "description": f"no data flag: {side} side of the run's data, read from {cfg}: {split.description}"}
+        records, names = sp.side(side), sp.class_names
+        info = {"data": str(cfg), "split": side, "run_split": sp.as_dict(),
+                "description": f"no data flag: {side} side of the run's data, read from {cfg}: {sp.description}"}
     if not records:
         raise ValueError(f"no videos to evaluate in {info['description']}")
     return list(records), (list(names) if names is not None else None), info
 
 
-def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | None:
-    """Run the evaluation described by parsed ``tsm-ds eval`` arguments (see :mod:`tsm_ds.cli.eval`).
+def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: str | None = None,
+             overrides: dict | None = None, data: str | None = None, list_file: str | None = None,
+             root: str | None = None, split: str | None = None, val_fraction: float = 0.2, num_clips: int = 1,
+             num_crops: int = 1, sampling: str | None = None, full_res: bool | None = None, resize: str = "box",
+             img_size: int | None = None, average: str = "logits", batch_size: int = 1, workers: int = 0,
+             max_clips: int | None = None, plot: bool = True, log: Callable[[str], None] | None = None
+             ) -> dict | None:
+    """Evaluate a checkpoint on videos with a multi-view test protocol (``tsm-ds eval``; the options
+    are the fields of the ``checkpoint``, ``views`` and ``eval`` sections of :mod:`tsm_ds.config.tree`).
 
-    ``args`` carries the command's option attributes (checkpoint, labels, data / list / root /
-    split, num_clips, num_crops, sampling, num_segments, img_size, average, batch_size, workers,
-    max_clips, out, no_plot); ``log`` receives rank 0's progress lines (checkpoint notes, the
-    protocol), default: the ``tsm_ds.inference`` logger.
+    Args:
+        checkpoint: any checkpoint :func:`load_for_inference` reads; out: results folder (rank 0).
+        labels: label-map file overriding the checkpoint's class names.
+        overrides: ``build_model`` options replacing the checkpoint's (:func:`checkpoint_overrides`).
+        data, list_file, root, split, val_fraction: the videos (:func:`load_records`).
+        num_clips, num_crops, sampling, full_res, resize: the view protocol
+            (:func:`tsm_ds.inference.views.view_protocol`); average: ``"logits"`` or ``"prob"``.
+        img_size: crop side in px (None: the size the checkpoint was trained at, else 224).
+        batch_size: videos per rank per step; workers: DataLoader workers; max_clips: clips per
+            model call (None: all views of a batch at once).
+        plot: write confusion.png; log: rank 0's progress lines (default: the ``tsm_ds.inference`` logger).
 
-    Returns the metrics dict on rank 0 (also written to ``args.out``), None on other ranks.
-    Raises ValueError / FileNotFoundError for bad checkpoints or data (see :func:`load_for_inference`).
+    Returns:
+        the metrics dict on rank 0 (also written to ``out``), None on other ranks.
+
+    Raises:
+        ValueError / FileNotFoundError: bad checkpoints or data (see :func:`load_for_inference`,
+        :func:`load_records`).
     """
     from torch.utils.data import DataLoader
     from torch.utils.data.distributed import DistributedSampler
@@ -144,20 +165,21 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
     from tsm_ds.inference.views import MultiViewForward, view_protocol
 
     rank, world = init_distributed(require_group=False)
-    protocol = view_protocol(args.num_clips, args.num_crops, args.sampling,
-                             full_res=getattr(args, "full_res", None), resize=getattr(args, "resize", None))
-    loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
+    protocol = view_protocol(num_clips, num_crops, sampling, full_res=full_res, resize=resize)
+    overrides = dict(overrides or {})
+    loaded = load_for_inference(checkpoint, labels=labels, **overrides)
     if torch.cuda.is_available():
         loaded.model.cuda()
-    num_segments = int(loaded.config.get("num_segments", args.num_segments or 8))
-    args.img_size = resolve_img_size(args.img_size, loaded)
-    records, ds_names, data_info = load_records(args)
+    num_segments = int(loaded.config.get("num_segments", overrides.get("num_segments") or 8))
+    img_size = resolve_img_size(img_size, loaded)
+    records, ds_names, data_info = load_records(checkpoint, data=data, list_file=list_file, root=root, split=split,
+                                                val_fraction=val_fraction)
     mapping = map_labels(ds_names, loaded.class_names)
-    dataset = VideoClipDataset(records, num_segments=num_segments, img_size=args.img_size,
+    dataset = VideoClipDataset(records, num_segments=num_segments, img_size=img_size,
                                **protocol.dataset_kwargs())
     sampler = DistributedSampler(dataset, shuffle=False) if world > 1 else None
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, shuffle=False,
-                        num_workers=args.workers)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, shuffle=False,
+                        num_workers=workers)
     if rank == 0:
         log = log or logging.getLogger("tsm_ds.inference").info
         for note in loaded.notes:
@@ -165,8 +187,8 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
         log(f"checkpoint: {loaded.path} ({loaded.source})")
         log(f"data: {data_info['description']}")
         log(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
-            f"{args.img_size}px, average={args.average}, world size {world}")
-    forward = MultiViewForward(protocol.num_views, args.average, max_clips=args.max_clips)
+            f"{img_size}px, average={average}, world size {world}")
+    forward = MultiViewForward(protocol.num_views, average, max_clips=max_clips)
     indices, scores, labels = gather_predictions(loaded.model, loader, forward=forward)
     if len(indices) != len(dataset):
         raise RuntimeError(f"scored {len(indices)} of {len(dataset)} videos")
@@ -175,17 +197,17 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
         labels_np = labels.numpy()
         if mapping is not None:
             labels_np = [mapping[i] for i in labels_np]
-        meta = {"checkpoint": str(args.checkpoint), "checkpoint_file": loaded.path, "checkpoint_kind": loaded.source,
+        meta = {"checkpoint": str(checkpoint), "checkpoint_file": loaded.path, "checkpoint_kind": loaded.source,
                 "model_config": loaded.config, "protocol": protocol.describe(),
                 "num_clips": protocol.num_clips, "num_crops": protocol.num_crops,
-                "sampling": protocol.sampling, "num_segments": num_segments, "img_size": args.img_size,
+                "sampling": protocol.sampling, "num_segments": num_segments, "img_size": img_size,
                 "world_size": world, "data": data_info["data"], "split": data_info["split"],
                 "data_description": data_info["description"]}
-        metrics = write_eval_results(args.out, scores=scores.numpy(), labels=labels_np,
+        metrics = write_eval_results(out, scores=scores.numpy(), labels=labels_np,
                                      class_names=loaded.class_names,
                                      paths=[str(records[i].path) for i in indices.tolist()],
-                                     indices=indices.numpy(), average=args.average, meta=meta,
-                                     plot=not args.no_plot)
+                                     indices=indices.numpy(), average=average, meta=meta,
+                                     plot=plot)
     if world > 1:
         import torch.distributed as dist
 

@@ -147,18 +147,18 @@ def _num_outputs(model: torch.nn.Module) -> int:
     return linears[-1].out_features
 
 
-def checkpoint_overrides(args: Any) -> dict:
-    """``build_model`` overrides from the TSN flags given on the command line (those not None).
+def checkpoint_overrides(values: dict) -> dict:
+    """``build_model`` overrides from the model fields a command was given (those not None).
 
-    Flags (:func:`tsm_ds.cli._common.add_official_args`; eval / predict / export define
-    ``--num-segments`` themselves): ``--arch``, ``--num-classes``, ``--num-segments``, ``--shift``
-    (``none`` -> ``shift=None``, a TSN), ``--shift-div``, ``--shift-place``,
-    ``--temporal-pool`` / ``--no-temporal-pool``, ``--dropout``. Missing attributes count as not
-    given. Example: ``--shift none --num-classes 174`` -> ``{"shift": None, "num_classes": 174}``.
+    ``values``: ``{"arch", "num_classes", "num_segments", "shift", "shift_div", "shift_place",
+    "temporal_pool", "dropout"}`` (the ``model`` section's fields that eval / predict / export take,
+    :data:`tsm_ds.config.commands.CHECKPOINT_MODEL_FIELDS`; missing keys count as not given).
+    ``shift="none"`` becomes ``shift=None`` (a TSN). Example: ``{"shift": "none", "num_classes":
+    174}`` -> ``{"shift": None, "num_classes": 174}``.
     """
     names = ("arch", "num_classes", "num_segments", "shift", "shift_div", "shift_place", "temporal_pool",
              "dropout")
-    out = {k: getattr(args, k, None) for k in names}
+    out = {k: values.get(k) for k in names}
     out = {k: v for k, v in out.items() if v is not None}
     if out.get("shift") == "none":
         out["shift"] = None
