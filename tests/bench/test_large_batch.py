@@ -140,10 +140,17 @@ def test_choose_lr():
 
 
 def test_cli_options(tmp_path):
-    from tsm_ds.cli.bench_large_batch import build_parser, main, settings_from
+    from tsm_ds.cli.bench_large_batch import COMMAND, main, settings_from
+    from tsm_ds.config import Config, parse
 
-    s = settings_from(build_parser().parse_args(["--quick", "--sgd-lrs", "0.1,0.2", "--seeds", "3", "--no-cache"]))
+    def settings(*argv):
+        return settings_from(parse(COMMAND, Config, list(argv))[0])
+
+    s = settings("--quick", "--sgd-lrs", "0.1,0.2", "--seeds", "3", "--no-cache")
     assert s.batches == QUICK.batches and s.sgd_lrs == (0.1, 0.2) and s.seeds == (3,) and not s.cache_decoded
+    assert s.micro_batch == QUICK.micro_batch and settings("--micro-batch-size", "4").micro_batch == 4
+    assert settings("--micro-batch", "4").micro_batch == 4          # the former spelling (a prefix)
+    assert settings().cache_decoded and settings("--batches", "4,16").batches == (4, 16)
     assert main(["--recipes", "sgd_linear,adam", "--out-dir", str(tmp_path)]) == 2
     assert main(["--batches", "8,20", "--out-dir", str(tmp_path)]) == 2
     assert not any(tmp_path.iterdir())                                  # refused before any work

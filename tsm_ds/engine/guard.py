@@ -33,6 +33,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+#: exit status of ``tsm_ds.train`` when the divergence guard stopped the run (the run's
+#: ``result.json`` says ``diverged``; ``tsm-ds bench large-batch`` reports it as a result)
+EXIT_DIVERGED = 3
+
 
 class DivergenceError(RuntimeError):
     """A diverged run, stopped before its update. Attributes name what the log reports.

@@ -6,7 +6,8 @@ trainer writes, not from the command it was given: the global batch, micro-batch
 accumulation from ``<run>/config.json`` (``resolved_ds_config``), the lr of the base parameter
 group (``param_groups``, ``lr_mult`` 1), the warm-up and planned steps, and the outcome from
 ``<run>/result.json``: ``completed`` (val top-1 of the last epoch), ``diverged`` (the divergence
-guard stopped it before an update; exit status 3: a result, "diverged at step k"), anything else
+guard stopped it before an update; exit status
+:data:`~tsm_ds.engine.guard.EXIT_DIVERGED`: a result, "diverged at step k"), anything else
 is ``failed`` (the row names the log).
 """
 from __future__ import annotations
@@ -20,34 +21,38 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from tsm_ds.engine.guard import EXIT_DIVERGED
+
 from .grid import RunSpec, StudySettings, warmup_steps_for
 
 __all__ = ["TRAIN_MODULE", "train_command", "run_env", "read_run", "run_one"]
 
 #: the training command every run executes (``python -m tsm_ds.train``)
 TRAIN_MODULE = "tsm_ds.train"
-#: exit status of train.py when the divergence guard stopped the run (tsm_ds.cli.train.main)
-DIVERGED_EXIT = 3
 
 
 def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any], run_root: Path) -> list[str]:
     """The ``python -m tsm_ds.train`` command of run ``spec`` on the demo ``data``
-    (``make_demo_dataset``'s result); its run folder is ``run_root / spec.name``."""
+    (``make_demo_dataset``'s result); its run folder is ``run_root / spec.name``. The arguments are
+    written by :func:`tsm_ds.config.to_argv` from the training command
+    (:data:`tsm_ds.config.commands.TRAIN`): horizontal flip off (the classes are directions), the
+    global batch as micro-batch x accumulation at world size 1, one checkpoint kept."""
+    from tsm_ds.config import Config, to_argv
+    from tsm_ds.config.commands import TRAIN
+
     s = settings
-    cmd = [
-        sys.executable, "-m", TRAIN_MODULE, "--deepspeed_config", str(spec.recipe_file),
-        "--train-list", str(data["train_list"]), "--val-list", str(data["val_list"]),
-        "--classes", str(Path(data["root"]) / "classes.txt"), "--no-flip",
-        "--arch", s.arch, "--num-segments", str(s.num_segments), "--img-size", str(s.img_size),
-        "--shift", "bidirectional", "--shift-div", str(s.shift_div), "--dropout", str(s.dropout),
-        "--epochs", str(s.epochs), "--batch-size", str(spec.batch), "--micro-batch-size", str(s.micro_batch),
-        "--warmup-steps", str(warmup_steps_for(s, spec.batch)), "--seed", str(spec.seed),
-        "--num-workers", str(s.num_workers), "--keep-last", "1",
-        "--output-dir", str(run_root), "--run-name", spec.name, "--no-progress",
-    ]
-    if s.cache_decoded:
-        cmd.append("--cache-decoded")
-    return cmd
+    values = {
+        "engine.deepspeed_config": str(spec.recipe_file),
+        "data.train_list": str(data["train_list"]), "data.val_list": str(data["val_list"]),
+        "data.classes": str(Path(data["root"]) / "classes.txt"), "data.flip": False,
+        "model.arch": s.arch, "model.num_segments": s.num_segments, "data.img_size": s.img_size,
+        "model.shift": "bidirectional", "model.shift_div": s.shift_div, "model.dropout": s.dropout,
+        "schedule.epochs": s.epochs, "schedule.batch_size": spec.batch, "schedule.micro_batch_size": s.micro_batch,
+        "schedule.warmup_steps": warmup_steps_for(s, spec.batch), "schedule.seed": spec.seed,
+        "data.num_workers": s.num_workers, "output.keep_last": 1,
+        "output.output_dir": str(run_root), "output.run_name": spec.name, "logging.progress": False,
+        "data.cache_decoded": bool(s.cache_decoded)}
+    return [sys.executable, "-m", TRAIN_MODULE, *to_argv(TRAIN, Config, values, only_changed=False)]
 
 
 def run_env(settings: StudySettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -148,7 +153,7 @@ def run_one(spec: RunSpec, cmd: list[str], run_root: Path, log_dir: Path, env: M
            **read_run(run_dir), "cmd": cmd}
     if row["status"] == "completed" and code != 0:
         row.update(status="failed", reason=f"exit status {code} after result.json; see {log_path}")
-    if row["status"] == "diverged" and code != DIVERGED_EXIT:
+    if row["status"] == "diverged" and code != EXIT_DIVERGED:
         row["reason"] = f"{row['reason']} (exit status {code})"
     if row["status"] == "failed":
         row["reason"] = f"exit status {code}: {row.get('reason') or ''} {_tail(log_path)}".strip()
