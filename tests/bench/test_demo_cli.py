@@ -8,10 +8,12 @@ import pytest
 
 from tsm_ds.bench import demo
 from tsm_ds.cli import demo as demo_cli
+from tsm_ds.config import Config, parse
+from tsm_ds.config.commands import TRAIN
 
 
-def _args(*extra: str):
-    return demo_cli.build_parser().parse_args(["--out", "unused", *extra])
+def _cfg(*extra: str) -> Config:
+    return parse(demo_cli.COMMAND, Config, ["--out", "unused", *extra])[0]
 
 
 def _script_args(cmd: list[str]) -> list[str]:
@@ -23,8 +25,8 @@ def _script_args(cmd: list[str]) -> list[str]:
 def test_tsm_and_tsn_commands_differ_only_in_the_shift_and_run_name(tmp_path):
     data = {"train_list": str(tmp_path / "train.txt"), "val_list": str(tmp_path / "val.txt"),
             "root": str(tmp_path)}
-    args = _args("--epochs", "3", "--batch-size", "12", "--nproc", "3")
-    settings = demo_cli.training_settings(args)
+    cfg = _cfg("--epochs", "3", "--batch-size", "12", "--nproc", "3")
+    settings = demo_cli.demo_settings(cfg)
     tsm = demo.train_command("tsm", settings, data, tmp_path / "runs")
     tsn = demo.train_command("tsn", settings, data, tmp_path / "runs")
     # the launcher: 3 ranks on this machine
@@ -33,15 +35,24 @@ def test_tsm_and_tsn_commands_differ_only_in_the_shift_and_run_name(tmp_path):
     assert len(a) == len(b)
     diff = {(x, y) for x, y in zip(a, b) if x != y}
     assert diff == {("bidirectional", "none"), ("tsm", "tsn")}
-    # and train.py's own parser takes every flag, with flip off and the per-rank micro-batch
-    from tsm_ds.train import build_parser
-    parsed = build_parser().parse_args(a)
-    assert parsed.no_flip is True
-    assert parsed.shift == "bidirectional" and build_parser().parse_args(b).shift == "none"
-    assert (parsed.batch_size, parsed.micro_batch_size, parsed.epochs) == (12, 4, 3)
-    assert parsed.train_list == data["train_list"] and parsed.val_list == data["val_list"]
-    assert Path(parsed.deepspeed_config).name == "cpu_demo_adamw.json"
-    assert Path(parsed.deepspeed_config).is_file()
+    # and the training command's own parser takes every flag, with flip off and the per-rank micro-batch
+    parsed, _ = parse(TRAIN, Config, a)
+    assert parsed.data.flip is False and parsed.logging.progress is False
+    assert parsed.model.shift == "bidirectional" and parse(TRAIN, Config, b)[0].model.shift == "none"
+    s = parsed.schedule
+    assert (s.batch_size, s.micro_batch_size, s.epochs, s.lr, s.warmup_steps) == (12, 4, 3, 3e-4, 20)
+    assert (parsed.model.arch, parsed.data.img_size, parsed.model.dropout) == ("resnet18", 64, 0.0)
+    assert parsed.data.train_list == data["train_list"] and parsed.data.val_list == data["val_list"]
+    assert Path(parsed.engine.deepspeed_config).name == "cpu_demo_adamw.json"
+    assert Path(parsed.engine.deepspeed_config).is_file()
+
+
+def test_demo_settings_defaults_are_the_commands():
+    """The library's defaults (run_demo without arguments) are ``tsm-ds demo``'s."""
+    assert demo_cli.demo_settings(_cfg()) == demo.DemoSettings()
+    assert demo.DemoSettings().deepspeed_config == demo.DEFAULT_RECIPE == "cpu_demo_adamw"
+    # the old spelling of the recipe flag still works
+    assert _cfg("--deepspeed-config", "cpu_fp32").engine.deepspeed_config == "cpu_fp32"
 
 
 def test_bad_arguments_return_2(capsys):
@@ -57,8 +68,9 @@ def test_videos_no_longer_than_the_clip_are_refused(tmp_path, capsys):
                           "--dry-run"]) == 2
     assert "--num-frames 8 must exceed --num-segments 8" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()  # refused before generating anything
-    args = _args()
-    assert (args.num_frames, args.num_segments, tuple(args.speed)) == (16, 8, (1.5, 2.5))
+    cfg = _cfg()
+    assert (cfg.demo.num_frames, cfg.model.num_segments, tuple(cfg.demo.speed)) == (16, 8, (1.5, 2.5))
+    assert tuple(_cfg("--speed", "1", "2").demo.speed) == (1.0, 2.0)
 
 
 def test_results_table_reports_both_models_and_chance():

@@ -39,9 +39,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from tsm_ds.config import Config, field_infos, to_argv
+from tsm_ds.config.commands import TRAIN
+from tsm_ds.config.tools import DEMO, DEMO_RECIPE
 from tsm_ds.engine.dist import free_port, launcher_command
 
-__all__ = ["MODELS", "TRAIN_MODULE", "DEFAULT_RECIPE", "TrainSettings",
+__all__ = ["MODELS", "TRAIN_MODULE", "DEFAULT_RECIPE", "DemoSettings",
            "train_command", "child_env", "run_training", "format_table", "run_demo"]
 
 _LOG = logging.getLogger(__name__)
@@ -53,12 +56,18 @@ MODELS = {  # name -> train.py --shift
 #: it works from an installed package as well as from a source checkout
 TRAIN_MODULE = "tsm_ds.train"
 #: the engine recipe of the demo (found by name: :func:`tsm_ds.engine.config.resolve_recipe`)
-DEFAULT_RECIPE = "cpu_demo_adamw"
+DEFAULT_RECIPE = DEMO_RECIPE
+
+
+def _default(path: str) -> Any:
+    """``tsm-ds demo``'s default of a field (:data:`tsm_ds.config.tools.DEMO`, else the tree's)."""
+    return DEMO.defaults[path] if path in DEMO.defaults else field_infos(Config)[path].default
 
 
 @dataclass(frozen=True)
-class TrainSettings:
-    """The training run both models get (only ``--shift`` and ``--run-name`` differ).
+class DemoSettings:
+    """The training run both models get (only ``--shift`` and ``--run-name`` differ). Defaults:
+    ``tsm-ds demo``'s (:data:`tsm_ds.config.tools.DEMO`).
 
     Attributes:
         arch: backbone; img_size: crop side in pixels; num_segments: T, frames per clip;
@@ -69,28 +78,30 @@ class TrainSettings:
         num_workers: DataLoader workers per rank; seed: training seed.
     """
 
-    arch: str = "resnet18"
-    img_size: int = 64
-    num_segments: int = 8
-    shift_div: int = 8
-    epochs: int = 6
-    batch_size: int = 8
-    lr: float = 3e-4
-    warmup_steps: int = 20
-    dropout: float = 0.0
-    deepspeed_config: str = DEFAULT_RECIPE
-    nproc: int = 2
-    num_workers: int = 1
-    seed: int = 0
+    arch: str = _default("model.arch")
+    img_size: int = _default("data.img_size")
+    num_segments: int = _default("model.num_segments")
+    shift_div: int = _default("model.shift_div")
+    epochs: int = _default("schedule.epochs")
+    batch_size: int = _default("schedule.batch_size")
+    lr: float = _default("schedule.lr")
+    warmup_steps: int = _default("schedule.warmup_steps")
+    dropout: float = _default("model.dropout")
+    deepspeed_config: str = _default("engine.deepspeed_config")
+    nproc: int = _default("demo.nproc")
+    num_workers: int = _default("data.num_workers")
+    seed: int = _default("schedule.seed")
 
 
-def train_command(model: str, settings: TrainSettings, data: Mapping[str, Any], run_root: Path) -> list[str]:
+def train_command(model: str, settings: DemoSettings, data: Mapping[str, Any], run_root: Path) -> list[str]:
     """The launcher command line training ``model`` ("tsm" or "tsn") on the demo data.
 
     Both models get identical arguments except ``--shift`` and ``--run-name``; horizontal flip
     is off (``--no-flip``: a flip turns "moving_left" into "moving_right"). ``data`` is what
     ``make_demo_dataset`` returned (``train_list``, ``val_list``, ``root``); the recipe is passed
-    as the file :func:`~tsm_ds.engine.config.resolve_recipe` finds.
+    as the file :func:`~tsm_ds.engine.config.resolve_recipe` finds. The training arguments are
+    written by :func:`tsm_ds.config.to_argv` from the training command
+    (:data:`tsm_ds.config.commands.TRAIN`).
 
     Raises:
         KeyError: an unknown ``model``.
@@ -100,20 +111,19 @@ def train_command(model: str, settings: TrainSettings, data: Mapping[str, Any], 
     from tsm_ds.engine.config import resolve_recipe
 
     s = settings
-    return [
-        *launcher_command(), "--num_gpus", str(s.nproc), "--master_port", str(free_port()),
-        "--module", TRAIN_MODULE,
-        "--deepspeed_config", str(resolve_recipe(s.deepspeed_config).resolve()),
-        "--train-list", str(data["train_list"]), "--val-list", str(data["val_list"]),
-        "--classes", str(Path(data["root"]) / "classes.txt"), "--no-flip",
-        "--arch", s.arch, "--num-segments", str(s.num_segments), "--img-size", str(s.img_size),
-        "--shift", MODELS[model], "--shift-div", str(s.shift_div), "--dropout", str(s.dropout),
-        "--epochs", str(s.epochs), "--batch-size", str(s.batch_size),
-        "--micro-batch-size", str(s.batch_size // s.nproc), "--lr", str(s.lr),
-        "--warmup-steps", str(s.warmup_steps), "--seed", str(s.seed),
-        "--num-workers", str(s.num_workers), "--output-dir", str(run_root), "--run-name", model,
-        "--no-progress",
-    ]
+    values = {
+        "engine.deepspeed_config": str(resolve_recipe(s.deepspeed_config).resolve()),
+        "data.train_list": str(data["train_list"]), "data.val_list": str(data["val_list"]),
+        "data.classes": str(Path(data["root"]) / "classes.txt"), "data.flip": False,
+        "model.arch": s.arch, "model.num_segments": s.num_segments, "data.img_size": s.img_size,
+        "model.shift": MODELS[model], "model.shift_div": s.shift_div, "model.dropout": s.dropout,
+        "schedule.epochs": s.epochs, "schedule.batch_size": s.batch_size,
+        "schedule.micro_batch_size": s.batch_size // s.nproc, "schedule.lr": s.lr,
+        "schedule.warmup_steps": s.warmup_steps, "schedule.seed": s.seed,
+        "data.num_workers": s.num_workers, "output.output_dir": str(run_root), "output.run_name": model,
+        "logging.progress": False}
+    return [*launcher_command(), "--num_gpus", str(s.nproc), "--master_port", str(free_port()),
+            "--module", TRAIN_MODULE, *to_argv(TRAIN, Config, values, only_changed=False)]
 
 
 def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -206,7 +216,7 @@ def format_table(rows: list[dict], num_classes: int) -> str:
 
 
 def run_demo(out: str | os.PathLike, *, models: Sequence[str] = ("tsm", "tsn"),
-             training: TrainSettings = TrainSettings(), dataset: Mapping[str, Any] | None = None,
+             training: DemoSettings = DemoSettings(), dataset: Mapping[str, Any] | None = None,
              dry_run: bool = False, record: Mapping[str, Any] | None = None,
              log: Callable[[str], Any] = _LOG.info) -> dict[str, Any]:
     """Generate the demo data under ``out/data`` and train each of ``models`` on it.
