@@ -1,39 +1,27 @@
-"""The ``tsm-ds doctor`` options of the cluster section (:mod:`tsm_ds.bench.doctor.cluster`):
-``--hostfile`` and what the launch needs besides it, and the table of failed checks it prints.
+"""The ``tsm-ds doctor`` cluster section's options (:mod:`tsm_ds.bench.doctor.cluster`): what
+``--hostfile`` and the launch need besides it go into the doctor's settings, and the table of
+failed checks it prints.
 
-``tsm-ds doctor --hostfile H`` runs only the cluster section unless ``--only`` says otherwise (the
-preflight the launch scripts run before ``deepspeed``; the measurements take minutes).
+The options themselves are the ``cluster`` section of the configuration tree
+(:class:`tsm_ds.config.tools.ClusterCheckConfig`: ``--hostfile``, ``--ssh-port`` /
+``--master-addr`` / ``--master-port`` with ``$SSH_PORT`` / ``$MASTER_ADDR`` / ``$MASTER_PORT`` as
+their defaults, ``--run-dir``, ``--cluster-timeout``). ``tsm-ds doctor --hostfile H`` runs only
+the cluster section unless ``--only`` says otherwise (the preflight the launch scripts run before
+``deepspeed``; the measurements take minutes).
 """
 from __future__ import annotations
 
-import argparse
-import os
+from tsm_ds.config.tools import ClusterCheckConfig
 
 
-def add_cluster_args(p: argparse.ArgumentParser) -> None:
-    """Add the cluster section's options to the doctor's parser."""
-    c = p.add_argument_group("cluster preflight (before a hostfile launch)")
-    c.add_argument("--hostfile", help="DeepSpeed hostfile ('<host> slots=<ranks>' lines): check every host "
-                                      "(ssh, host key, python and versions, shared run dir, master port, pdsh) "
-                                      "and run one all-reduce over all ranks; alone, runs only this section")
-    c.add_argument("--ssh-port", type=int, default=os.environ.get("SSH_PORT") or None,   # argparse converts (and checks) it
-                   help="ssh port of the hosts (default $SSH_PORT, else ssh's own)")
-    c.add_argument("--master-addr", default=os.environ.get("MASTER_ADDR"),
-                   help="rank 0's address (default $MASTER_ADDR, else the first host)")
-    c.add_argument("--master-port", type=int, default=os.environ.get("MASTER_PORT") or None,
-                   help="training's port, checked free on the first host (default $MASTER_PORT)")
-    c.add_argument("--run-dir", help="a folder every host must share: training's --output-dir (default --out)")
-    c.add_argument("--cluster-timeout", type=float, default=60.0,
-                   help="seconds per remote step (ssh probe, all-reduce)")
-
-
-def apply_cluster_args(settings, args: argparse.Namespace) -> None:
-    """Copy the options into ``settings.extra``; with ``--hostfile`` and no ``--only``, run only
-    the cluster section."""
-    if not args.hostfile:
+def apply_cluster_options(settings, cluster: ClusterCheckConfig) -> None:
+    """Copy the ``cluster`` section into ``settings.extra`` (a
+    :class:`tsm_ds.bench.doctor.DoctorSettings`); with ``--hostfile`` and no ``--only``, run only
+    the cluster section. Without ``--hostfile`` nothing changes."""
+    if not cluster.hostfile:
         return
-    settings.extra.update(hostfile=args.hostfile, ssh_port=args.ssh_port, master_addr=args.master_addr,
-                          master_port=args.master_port, run_dir=args.run_dir, timeout=args.cluster_timeout)
+    settings.extra.update(hostfile=cluster.hostfile, ssh_port=cluster.ssh_port, master_addr=cluster.master_addr,
+                          master_port=cluster.master_port, run_dir=cluster.run_dir, timeout=cluster.timeout)
     if not settings.only:
         settings.only = ("cluster",)
 

@@ -34,12 +34,16 @@ def recipe_comm_method(raw: dict) -> str:
 
 
 def launcher_hint(ctx: Context, ranks: int = 2) -> str:
-    """The command that measures communication: this doctor's model flags under the launcher."""
+    """The command that measures communication: this doctor's model flags under the launcher
+    (written by :func:`tsm_ds.config.to_argv` from :data:`tsm_ds.config.tools.DOCTOR`)."""
+    from tsm_ds.config import Config, to_argv
+    from tsm_ds.config.tools import DOCTOR
+
     s = ctx.settings
-    flags = ["--deepspeed_config", str(s.recipe), "--arch", str(s.arch), "--num-segments", str(s.num_segments),
-             "--img-size", str(s.img_size), "--only", "compute,communication,verdict"]
-    if s.quick:
-        flags.append("--quick")
+    flags = to_argv(DOCTOR, Config, {
+        "engine.deepspeed_config": s.recipe, "model.arch": s.arch, "model.num_segments": s.num_segments,
+        "data.img_size": s.img_size, "doctor.only": ("compute", "communication", "verdict"),
+        "doctor.quick": bool(s.quick)}, only_changed=False)
     return f"deepspeed --num_gpus {ranks} --module tsm_ds.cli.doctor " + " ".join(shlex.quote(f) for f in flags)
 
 
