@@ -70,10 +70,16 @@ def check_methods(methods: Sequence[str]) -> list[str]:
 def worker_argv(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps: int = 7,
                 warmup: int = 2, flat: bool = False, numel: int = TSM_R50_NUMEL,
                 chunk_size: int = 1024) -> list[str]:
-    """The arguments every rank's :mod:`tsm_ds.cli.bench_comm` gets (``--worker`` first)."""
-    return ["--worker", "--out-dir", str(out_dir), "--methods", ",".join(methods), "--reps", str(reps),
-            "--warmup", str(warmup), "--numel", str(numel), "--chunk-size", str(chunk_size),
-            *(["--flat"] if flat else [])]
+    """The arguments every rank's :mod:`tsm_ds.cli.bench_comm` gets (``--worker`` and every
+    measurement option), written by :func:`tsm_ds.config.to_argv` from
+    :data:`tsm_ds.config.tools.BENCH_COMM`."""
+    from tsm_ds.config import Config, to_argv
+    from tsm_ds.config.tools import BENCH_COMM
+
+    return to_argv(BENCH_COMM, Config, {
+        "bench_comm.out_dir": str(out_dir), "bench_comm.reps": int(reps), "bench_comm.warmup": int(warmup),
+        "bench_comm.flat": bool(flat), "bench_comm.numel": int(numel), "bench_comm.chunk_size": int(chunk_size),
+        "bench_comm.methods": tuple(methods), "bench_comm.worker": True}, only_changed=False)
 
 
 def launch(out_dir: str | os.PathLike, *, world_size: int = 2, methods: Sequence[str] = METHODS,

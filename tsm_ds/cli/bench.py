@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -20,7 +21,10 @@ import re
 import sys
 from typing import Sequence
 
-from tsm_ds.bench.runner import ALL_ORDER, DEFAULT_OUT, BenchJob, run_all as run_benches
+from tsm_ds.bench.runner import BenchJob, run_all as run_benches
+from tsm_ds.config import Command, Config, parse
+from tsm_ds.config.fields import build_parser as build_parser_for
+from tsm_ds.config.tools import BENCH_ALL
 
 #: bench name -> (command module, one-line help)
 BENCHES: dict[str, tuple[str, str]] = {
@@ -104,19 +108,15 @@ def run_one(name: str, argv: Sequence[str]) -> int:
     return int(module.main(list(argv)) or 0)
 
 
+def _command() -> Command:
+    """``tsm-ds bench all``'s :class:`~tsm_ds.config.fields.Command`
+    (:data:`tsm_ds.config.tools.BENCH_ALL`) with the list of benches as its description."""
+    return dataclasses.replace(BENCH_ALL, description=_usage())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tsm-ds bench all`` argument parser."""
-    ap = argparse.ArgumentParser(prog="tsm-ds bench all", description=_usage(),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out-dir", default=DEFAULT_OUT, help="output folder (default %(default)s)")
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="reduced sizes (default without a GPU)")
-    mode.add_argument("--full", action="store_true", help="full sizes (default with a GPU)")
-    ap.add_argument("--only", default=",".join(ALL_ORDER),
-                    help="comma-separated benches to run (default %(default)s)")
-    ap.add_argument("--time-limit-scale", type=float, default=1.0,
-                    help="multiply every bench's time limit by this")
-    return ap
+    """The ``tsm-ds bench all`` argument parser (generated from :data:`tsm_ds.config.tools.BENCH_ALL`)."""
+    return build_parser_for(_command(), Config)
 
 
 def run_all(argv: Sequence[str]) -> int:
@@ -124,26 +124,32 @@ def run_all(argv: Sequence[str]) -> int:
 
     Returns 0 when every bench succeeded, 1 otherwise (the summary is written either way), 2 for
     an unknown bench in ``--only``.
+
+    Raises:
+        SystemExit: bad options (argparse), ``--quick`` with ``--full``.
     """
-    args = build_parser().parse_args(list(argv))
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    cfg, _ = parse(_command(), Config, list(argv))
+    a = cfg.bench_all
+    if a.quick and a.full:
+        build_parser().error("argument --full: not allowed with argument --quick")
+    names = list(a.only)
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         print(f"tsm-ds bench all: unknown bench(es) {unknown}; choose from {sorted(BENCHES)}", file=sys.stderr)
         return 2
-    if (args.quick or args.full) and names == ["scale"]:
+    if (a.quick or a.full) and names == ["scale"]:
         has_gpu = False                           # the model needs neither torch nor a GPU
     else:
         import torch
 
         has_gpu = torch.cuda.is_available()
-    quick = args.quick if (args.quick or args.full) else not has_gpu
+    quick = a.quick if (a.quick or a.full) else not has_gpu
     env = dict(os.environ)
     if not has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")   # DeepSpeed's CPU accelerator for bench comm
     jobs = [BenchJob(n, skip=f"{BENCHES[n][0]} not present") if importlib.util.find_spec(BENCHES[n][0]) is None
-            else BenchJob(n, tuple(bench_argv(n, args.out_dir, quick=quick))) for n in names]
-    done = run_benches(args.out_dir, jobs, quick=quick, time_limit_scale=args.time_limit_scale, env=env,
+            else BenchJob(n, tuple(bench_argv(n, a.out_dir, quick=quick))) for n in names]
+    done = run_benches(a.out_dir, jobs, quick=quick, time_limit_scale=a.time_limit_scale, env=env,
                        echo=sys.stdout.write)
     print(f"\nwrote {done.summary_md}")
     for r in done.results:

@@ -1,31 +1,26 @@
 """``tsm-ds bench data``: clip decoding throughput, our loader against the alternatives
 (:mod:`tsm_ds.bench.data`). Writes ``data.json`` / ``data.md``.
+
+Options: :data:`tsm_ds.config.tools.BENCH_DATA` (section ``bench_data`` and ``--data``, which
+``$TSM_DS_DATA`` sets when the flag is not given).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from tsm_ds.config import Config, parse
+from tsm_ds.config.fields import build_parser as build_parser_for
+from tsm_ds.config.tools import BENCH_DATA
+
+#: the fields this command uses
+COMMAND = BENCH_DATA
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Options of ``tsm-ds bench data``."""
-    from tsm_ds.bench.data import DEFAULT_DATA, LOADERS
-
-    ap = argparse.ArgumentParser(prog="tsm-ds bench data", description=(
-        "Clip decoding throughput, our loader against the alternatives (decode everything, "
-        "torchcodec, decord), on real clips and generated long videos; then the training "
-        "pipeline through a DataLoader."))
-    ap.add_argument("--out-dir", default="bench_out", help="where data.json / data.md go")
-    ap.add_argument("--data", default=None if DEFAULT_DATA is None else str(DEFAULT_DATA),
-                    help="real clips, as train.py's --data takes them (default: $TSM_DS_DATA, else ../shared/data/videos)")
-    ap.add_argument("--quick", action="store_true", help="1-minute generated video, 3 repetitions")
-    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5; quick 3)")
-    ap.add_argument("--minutes", type=float, default=None, help="generated video length (default 5; quick 1)")
-    ap.add_argument("--cache", default=None, help="folder for the generated videos (default <out-dir>/bench_videos)")
-    ap.add_argument("--loaders", default=",".join(LOADERS),
-                    help="comma-separated; tsm_ds_short256 scales frames to a short side of 256 "
-                         "while converting (what VideoClipDataset does in val/test)")
-    return ap
+    """Options of ``tsm-ds bench data`` (generated from :data:`COMMAND`)."""
+    return build_parser_for(COMMAND, Config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,12 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         SystemExit: bad options (argparse).
     """
-    args = build_parser().parse_args(argv)
-    from tsm_ds.bench.data import run_data_bench
+    cfg, _ = parse(COMMAND, Config, argv, env=os.environ)
+    b = cfg.bench_data
+    from tsm_ds.bench.data import DEFAULT_DATA, run_data_bench
 
-    rows, jp, mp = run_data_bench(args.out_dir, data=args.data, quick=args.quick, reps=args.reps,
-                                  minutes=args.minutes, cache=args.cache, loaders=args.loaders.split(","),
-                                  log=lambda s: print(s, flush=True))
+    data = cfg.data.data if cfg.data.data is not None else DEFAULT_DATA   # ../shared/data/videos
+    rows, jp, mp = run_data_bench(b.out_dir, data=data, quick=b.quick, reps=b.reps, minutes=b.minutes,
+                                  cache=b.cache, loaders=list(b.loaders), log=lambda s: print(s, flush=True))
     for r in rows:
         cps = r.get("clips_per_s")
         same = r.get("same_frames")

@@ -6,7 +6,8 @@ Usage::
                    [--keyint 16] [--crf 23] [--preset veryfast] [--workers N]
 
 SRC is a class-per-folder tree (or use ``--list`` with a video list); what is written is described
-in :mod:`tsm_ds.data.prepare`. Exit status 1 when a file failed.
+in :mod:`tsm_ds.data.prepare`. Options: :data:`tsm_ds.config.tools.PREPARE`. Exit status 1 when a
+file failed.
 """
 from __future__ import annotations
 
@@ -14,41 +15,42 @@ import argparse
 import os
 import sys
 
+from tsm_ds.config import Config, parse
+from tsm_ds.config.fields import build_parser as build_parser_for
+from tsm_ds.config.tools import PREPARE
+
+#: the fields this command uses
+COMMAND = PREPARE
+
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tsm-ds prepare`` argument parser."""
-    ap = argparse.ArgumentParser(prog="tsm-ds prepare", description=__doc__.split("\n\n")[0])
-    ap.add_argument("src", help="class-folder tree (or the root of --list's relative paths)")
-    ap.add_argument("out", help="output folder")
-    ap.add_argument("--list", default=None, help="video list ('path label') instead of class folders")
-    ap.add_argument("--mode", choices=("video", "frames"), default="video")
-    ap.add_argument("--short-side", type=int, default=256, help="0 keeps the size")
-    ap.add_argument("--keyint", type=int, default=None, help="keyframe interval in frames (video mode)")
-    ap.add_argument("--crf", type=int, default=23)
-    ap.add_argument("--preset", default="veryfast")
-    ap.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
-    return ap
+    """The ``tsm-ds prepare`` argument parser (generated from :data:`COMMAND`)."""
+    return build_parser_for(COMMAND, Config)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tsm-ds prepare``; returns 1 when any input failed, else 0."""
-    args = build_parser().parse_args(argv)
+    """Entry point of ``tsm-ds prepare``; returns 1 when any input failed, else 0.
+
+    Raises:
+        SystemExit: bad options (argparse).
+    """
+    cfg, _ = parse(COMMAND, Config, argv)
+    p = cfg.prepare
     from tsm_ds.data.prepare import prepare_dataset
     from tsm_ds.data.records import read_class_folders, read_video_list
 
-    src_root = os.path.abspath(args.src)
+    src_root = os.path.abspath(p.src)
     classes = None
-    if args.list:
-        records = read_video_list(args.list, root=src_root)
+    if p.list:
+        records = read_video_list(p.list, root=src_root)
     else:
         records, classes = read_class_folders(src_root)
-    opts = ({"short_side": args.short_side, "keyint": args.keyint, "crf": args.crf,
-             "preset": args.preset} if args.mode == "video" else {"short_side": args.short_side})
-    rows = prepare_dataset(records, src_root, args.out, mode=args.mode, classes=classes,
-                           workers=args.workers, **opts)
+    opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset}
+            if p.mode == "video" else {"short_side": p.short_side})
+    rows = prepare_dataset(records, src_root, p.out, mode=p.mode, classes=classes, workers=p.workers, **opts)
     ok = [r for r in rows if r["status"] != "failed"]
     failed = [r for r in rows if r["status"] == "failed"]
-    print(f"prepare: {len(ok)} of {len(rows)} files ready in {os.path.abspath(args.out)} (list: all.txt); "
+    print(f"prepare: {len(ok)} of {len(rows)} files ready in {os.path.abspath(p.out)} (list: all.txt); "
           f"{len(failed)} failed (see prepare_report.json)")
     for r in failed:
         print(f"  failed {r['src']}: {r['reason']}")
