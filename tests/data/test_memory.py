@@ -87,13 +87,21 @@ def test_worker_anonymous_rss_stays_flat_over_200_items(tmp_path):
     assert growth < BOUND_MB, f"anonymous RSS grew {growth:.1f} MB over {ITEMS} items (MB: {rss})"
 
 
-def test_release_freed_heap_switch(monkeypatch):
-    from tsm_ds.data.memory import release_freed_heap, trim_enabled
+def test_release_freed_heap_switch():
+    from tsm_ds.cli.train import parse_config
+    from tsm_ds.data.memory import release_freed_heap, set_malloc_trim, trim_enabled
 
-    monkeypatch.setenv("TSM_DS_MALLOC_TRIM", "0")
-    assert not trim_enabled() and release_freed_heap() is False
-    monkeypatch.delenv("TSM_DS_MALLOC_TRIM")
-    assert trim_enabled() and isinstance(release_freed_heap(), bool)
+    try:
+        set_malloc_trim(False)
+        assert not trim_enabled() and release_freed_heap() is False
+        set_malloc_trim(True)
+        assert trim_enabled() and isinstance(release_freed_heap(), bool)
+    finally:
+        set_malloc_trim(True)
+    # the switch's field: --no-malloc-trim, or TSM_DS_MALLOC_TRIM=0 when the flag is not given
+    assert parse_config([], environ={})[0].data.malloc_trim is True
+    assert parse_config(["--no-malloc-trim"], environ={})[0].data.malloc_trim is False
+    assert parse_config([], environ={"TSM_DS_MALLOC_TRIM": "0"})[0].data.malloc_trim is False
 
 
 if __name__ == "__main__":

@@ -64,16 +64,17 @@ def test_missing_rank_hosts_from_the_hostfile_or_the_joined_ranks():
     assert missing_rank_hosts([5], joined, local_size=2, hosts=["a1", "b1", "c1"]) == {5: "c1"}
 
 
-def test_dist_timeout_from_env_and_bad_values(monkeypatch):
+def test_dist_timeout_from_env_and_bad_values():
+    from tsm_ds.cli.train import parse_config
     from tsm_ds.engine.rendezvous import DEFAULT_TIMEOUT_S, dist_timeout_s
 
-    monkeypatch.delenv("TSM_DS_DIST_TIMEOUT", raising=False)
-    assert dist_timeout_s() == DEFAULT_TIMEOUT_S == 300
-    monkeypatch.setenv("TSM_DS_DIST_TIMEOUT", "12.5")
-    assert dist_timeout_s() == 12.5 and dist_timeout_s(7) == 7.0
-    monkeypatch.setenv("TSM_DS_DIST_TIMEOUT", "soon")
+    assert dist_timeout_s() == DEFAULT_TIMEOUT_S == 300 and dist_timeout_s(7) == 7.0
+    # the variable is read by the command line into distributed.dist_timeout; the flag wins
+    assert parse_config([], environ={})[0].distributed.dist_timeout == 300
+    assert parse_config([], environ={"TSM_DS_DIST_TIMEOUT": "12.5"})[0].distributed.dist_timeout == 12.5
+    assert parse_config(["--dist-timeout", "7"], environ={"TSM_DS_DIST_TIMEOUT": "12.5"})[0].distributed.dist_timeout == 7
     with pytest.raises(ValueError, match="TSM_DS_DIST_TIMEOUT='soon'"):
-        dist_timeout_s()
+        parse_config([], environ={"TSM_DS_DIST_TIMEOUT": "soon"})
     with pytest.raises(ValueError, match="--dist-timeout must be > 0"):
         dist_timeout_s(0)
 

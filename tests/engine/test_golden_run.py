@@ -111,7 +111,6 @@ def test_golden_run_gives_the_tensors_of_52ba896(shared_data, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="needs --config (issue 24)")
 def test_rerun_from_config_json_gives_identical_tensors(shared_data, tmp_path):
     """A run's config.json is a complete description: ``--config RUN/config.json`` into another
     output dir reproduces the run's tensors bit for bit (and the golden hash)."""

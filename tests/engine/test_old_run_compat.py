@@ -9,8 +9,8 @@ tests passing, or make the old run stop with a clear message (and change these t
 
 - ``tsm-ds eval --checkpoint RUN`` (and ``RUN/best_model.pt``) finds the validation clips through the
   run's ``config.json`` and reports top-1 on all 7 of them;
-- ``python -m tsm_ds.train`` with the run's recorded flags, ``--resume auto --max-steps 2`` into the
-  same output dir and run name resumes from optimizer step 1 (the manifest verifies, the data
+- ``python -m tsm_ds.train`` with the run's recorded flags (typed again, or read by ``--config
+  RUN/config.json``), ``--resume auto --max-steps 2`` into the same output dir and run name resumes from optimizer step 1 (the manifest verifies, the data
   position is epoch 0 after one micro-batch) and ends at step 2.
 """
 from __future__ import annotations
@@ -142,10 +142,14 @@ def test_old_run_evaluates(old_run, tmp_path, which):
 
 
 @pytest.mark.slow
-def test_old_run_resumes_from_step_1(old_run, tmp_path):
+@pytest.mark.parametrize("how", ["flags", "config"])
+def test_old_run_resumes_from_step_1(old_run, tmp_path, how):
+    """Resumed with its flags typed again, or with ``--config RUN/config.json`` (the schema-1 record
+    read into the configuration tree, tsm_ds.config.record)."""
     cfg_before = (old_run / "config.json").read_text()
     flags = json.loads(cfg_before)["flags"]
-    p = _run(["tsm_ds.train", *resume_argv(flags), "--resume", "auto", "--max-steps", "2"], tmp_path / "train.log")
+    argv = resume_argv(flags) if how == "flags" else ["--config", str(old_run / "config.json")]
+    p = _run(["tsm_ds.train", *argv, "--resume", "auto", "--max-steps", "2"], tmp_path / "train.log")
     assert p.returncode == 0, p.stdout[-4000:]
     ckpts = old_run / "checkpoints"
     assert (f"resumed from {ckpts / 'step00000001'}: epoch 0, 1 micro-batches into it, optimizer step 1"

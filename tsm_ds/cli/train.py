@@ -216,6 +216,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
                              on_divergence=g.on_divergence, rollback_lr_factor=g.rollback_lr_factor,
                              max_rollbacks=g.max_rollbacks, inject_nan_step=dbg.inject_nan_at_step,
                              inject_nan_rank=dbg.inject_nan_rank, dist_timeout=dist_cfg.dist_timeout,
+                             hosts=tuple(dist_cfg.hosts), test_hang=dbg.test_hang,
                              stop_signals=() if dist_cfg.stop_signal.lower() == "none"
                              else (dist_cfg.stop_signal.upper(),),
                              step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,

@@ -22,6 +22,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "TSM_DS_MALLOC_TRIM": ("data.malloc_trim", "`0`: keep glibc's freed heap after every item"),
     "TSM_DS_DIST_TIMEOUT": ("distributed.dist_timeout", "seconds for every rank to join and every collective"),
     "TSM_DS_HOSTS": ("distributed.hosts", "the hostfile's hosts in node order (set by the launch scripts)"),
+    "TSM_DS_TEST_HANG": ("debug.test_hang", "test hook `<rank>:<step>[:<s>]`: that rank sleeps in that optimizer step"),
     "SSH_PORT": ("cluster.ssh_port", "ssh port of the hosts: the default of `tsm-ds doctor --hostfile`'s check"),
     "MASTER_ADDR": ("cluster.master_addr", "rank 0's address: the default of `tsm-ds doctor --hostfile`'s check"),
     "MASTER_PORT": ("cluster.master_port", "training's port, checked free on the first host by `tsm-ds doctor "

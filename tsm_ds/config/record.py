@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tsm_ds.config.env import unwrap_optional
 from tsm_ds.config.fields import ConfigTreeError, field_infos
 from tsm_ds.config.tree import TRAIN_SECTIONS, Config
 
@@ -113,13 +114,13 @@ def tree_from_record(record: dict, *, source: str = "config.json") -> tuple[Conf
             path, invert = _LEGACY_RENAMES[key]
             _set(cfg, path, (not value) if invert else value)
         elif key in by_name and infos[by_name[key]].meta.get("record", True):
+            if value is None and not unwrap_optional(infos[by_name[key]].type)[1]:
+                continue   # schema 1's None = "the variable, else the default": the field's default now
             _set(cfg, by_name[key], value)
         elif key not in _LEGACY_EXTRA:
             notes.append(f"{source}: flag {key!r} of the old run has no option any more; ignored")
     if flags.get("deepspeed_config"):
         cfg.engine.deepspeed_config = str(flags["deepspeed_config"])
-    if flags.get("dist_timeout") is None:
-        cfg.distributed.dist_timeout = infos["distributed.dist_timeout"].default
     return cfg, notes
 
 

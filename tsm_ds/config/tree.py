@@ -153,7 +153,7 @@ class DistributedConfig:
                               "ranks and hosts; exit 5) and for every collective", env="TSM_DS_DIST_TIMEOUT")
     hosts: tuple[str, ...] = opt((), "the hostfile's hosts in node order (names a missing rank's host; set by the "
                                  "launch scripts)", parse=lambda t: tuple(x for x in t.split(",") if x),
-                                 env="TSM_DS_HOSTS", hidden=True)
+                                 env="TSM_DS_HOSTS", hidden=True, record=False)
     stop_signal: str = opt("SIGUSR1", "on this signal, save a checkpoint at the next optimizer step and exit 75 "
                            "(SLURM --signal=USR1@120); 'none' to disable")
     step_timeout: float = opt(1800.0, "seconds without progress (an optimizer step, an eval batch, a checkpoint "
@@ -194,6 +194,8 @@ class DebugConfig:
     inject_signal_at_step: int | None = opt(None, "that rank sends itself the stop signal after this step",
                                             hidden=True)
     inject_signal_rank: int = opt(0, "the rank that signals itself", hidden=True)
+    test_hang: str | None = opt(None, "'<rank>:<step>[:<seconds>]': that rank sleeps in that optimizer step (the hang "
+                                "watchdog's test)", hidden=True, env="TSM_DS_TEST_HANG", record=False)
 
 
 @dataclass

@@ -35,16 +35,19 @@ MAIN_PROCESS_EVERY = 64
 _calls = 0
 
 
+_enabled = True   # the train command sets it from ``data.malloc_trim`` (``--no-malloc-trim``, ``TSM_DS_MALLOC_TRIM``)
+
+
 def trim_enabled() -> bool:
-    """False when ``TSM_DS_MALLOC_TRIM`` is ``0`` / ``false`` / ``no`` (read at every call, so a
-    DataLoader worker sees the value its parent had when it started)."""
-    return os.environ.get("TSM_DS_MALLOC_TRIM", "1").lower() not in ("0", "false", "no", "off")
+    """Whether :func:`release_freed_heap` trims (default True; :func:`set_malloc_trim`)."""
+    return _enabled
 
 
 def set_malloc_trim(enabled: bool) -> None:
-    """Turn the trim on or off for this process and the DataLoader workers it starts later (through
-    ``TSM_DS_MALLOC_TRIM``, which forked and spawned workers inherit)."""
-    os.environ["TSM_DS_MALLOC_TRIM"] = "1" if enabled else "0"
+    """Turn the trim on or off for this process and the DataLoader workers it forks later (they
+    inherit the module's state)."""
+    global _enabled
+    _enabled = bool(enabled)
 
 
 def release_freed_heap() -> bool:
@@ -55,7 +58,7 @@ def release_freed_heap() -> bool:
 
     Returns:
         True when memory was released (glibc's return value), False when nothing was released,
-        this call was skipped, the trim is turned off (``TSM_DS_MALLOC_TRIM=0``) or the C library
+        this call was skipped, the trim is turned off (:func:`set_malloc_trim`) or the C library
         has no ``malloc_trim``.
     """
     global _trim, _calls

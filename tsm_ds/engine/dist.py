@@ -43,7 +43,8 @@ def set_threads() -> str:
     return f"{cores} cores / {local} local ranks: torch threads {n} (set OMP_NUM_THREADS to override)"
 
 
-def init_distributed(*, require_group: bool = True, timeout_s: float | None = None) -> tuple[int, int]:
+def init_distributed(*, require_group: bool = True, timeout_s: float | None = None,
+                     hosts: list[str] | None = None) -> tuple[int, int]:
     """Join the process group: the one distributed set-up of training, evaluation and the benches.
 
     Launched by ``deepspeed`` / ``torchrun`` (RANK, WORLD_SIZE, MASTER_* set), every rank joins the
@@ -59,7 +60,8 @@ def init_distributed(*, require_group: bool = True, timeout_s: float | None = No
 
     Args:
         require_group: build a one-rank group for a plain ``python`` run.
-        timeout_s: rendezvous and collective limit in seconds (None: ``$TSM_DS_DIST_TIMEOUT``, else 300;
+        hosts: the hostfile's hosts in node order, to name a missing rank's host (``distributed.hosts``).
+        timeout_s: rendezvous and collective limit in seconds (None: 300;
             :func:`tsm_ds.engine.rendezvous.dist_timeout_s`).
 
     Returns:
@@ -95,7 +97,7 @@ def init_distributed(*, require_group: bool = True, timeout_s: float | None = No
     if "RANK" in os.environ:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         store = rendezvous(rank, world, addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                           port=int(os.environ.get("MASTER_PORT", "29500")), timeout_s=timeout)
+                           port=int(os.environ.get("MASTER_PORT", "29500")), timeout_s=timeout, hosts=hosts)
         kwargs = {}
         if acc.device_name() == "cuda" and world > 1:   # as DeepSpeed's TorchBackend does
             kwargs["device_id"] = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))

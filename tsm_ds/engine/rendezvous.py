@@ -37,21 +37,15 @@ class RendezvousError(RuntimeError):
 
 
 def dist_timeout_s(value: float | None = None) -> float:
-    """The limit in seconds: ``value`` when given, else ``$TSM_DS_DIST_TIMEOUT``, else 300.
+    """The limit in seconds: ``value`` when given (``--dist-timeout``, or ``TSM_DS_DIST_TIMEOUT``
+    read by the command line into ``distributed.dist_timeout``), else 300.
 
     Raises:
-        ValueError: not a positive number (names the variable when it came from it).
+        ValueError: not a positive number.
     """
     src = "--dist-timeout"
     if value is None:
-        env = os.environ.get("TSM_DS_DIST_TIMEOUT")
-        if not env:
-            return DEFAULT_TIMEOUT_S
-        src = "TSM_DS_DIST_TIMEOUT"
-        try:
-            value = float(env)
-        except ValueError:
-            raise ValueError(f"{src}={env!r} is not a number of seconds") from None
+        return DEFAULT_TIMEOUT_S
     if not value > 0:
         raise ValueError(f"{src} must be > 0 seconds, got {value}")
     return float(value)
@@ -65,7 +59,7 @@ def missing_rank_hosts(missing: list[int], joined: dict[int, dict], *, local_siz
         missing: ranks that did not register.
         joined: rank -> its registration (``{"host", "node_rank", ...}``).
         local_size: ranks per node (DeepSpeed's ``LOCAL_SIZE``; ranks are numbered node by node).
-        hosts: the hostfile's hosts in node order (``$TSM_DS_HOSTS``), or None.
+        hosts: the hostfile's hosts in node order (``distributed.hosts``, set from ``$TSM_DS_HOSTS``), or None.
 
     Returns:
         rank -> ``"node-b"`` (from the hostfile), ``"node-b (where rank 2 runs)"`` (a rank of the same
@@ -85,10 +79,9 @@ def missing_rank_hosts(missing: list[int], joined: dict[int, dict], *, local_siz
 
 
 def _describe_failure(missing: list[int], joined: dict[int, dict], world: int, timeout_s: float,
-                      addr: str, port: int) -> str:
+                      addr: str, port: int, hosts: list[str] | None = None) -> str:
     local = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or max(1, world))
-    env_hosts = [h for h in os.environ.get("TSM_DS_HOSTS", "").split(",") if h] or None
-    where = missing_rank_hosts(missing, joined, local_size=local, hosts=env_hosts)
+    where = missing_rank_hosts(missing, joined, local_size=local, hosts=list(hosts) if hosts else None)
     miss = ", ".join(f"rank {r} on {where[r]}" for r in missing[:16]) + (
         f" and {len(missing) - 16} more" if len(missing) > 16 else "")
     got = ", ".join(f"rank {r} on {i.get('host')}" for r, i in sorted(joined.items())[:8])
@@ -101,13 +94,15 @@ def _describe_failure(missing: list[int], joined: dict[int, dict], world: int, t
             f"of that address).")
 
 
-def rendezvous(rank: int, world: int, *, addr: str, port: int, timeout_s: float):
+def rendezvous(rank: int, world: int, *, addr: str, port: int, timeout_s: float,
+               hosts: list[str] | None = None):
     """Join the rendezvous; returns the TCP store to build the process group on.
 
     Args:
         rank, world: this rank and the world size (launcher's RANK / WORLD_SIZE).
         addr, port: MASTER_ADDR / MASTER_PORT (rank 0 serves the store there).
         timeout_s: the limit for every rank to join, in seconds.
+        hosts: the hostfile's hosts in node order (names the host of a missing rank), or None.
 
     Returns:
         ``torch.distributed.TCPStore`` shared by all ranks.
@@ -150,7 +145,7 @@ def rendezvous(rank: int, world: int, *, addr: str, port: int, timeout_s: float)
                 joined[r] = json.loads(store.get(f"tsm_ds/joined/{r}"))
             else:
                 missing.append(r)
-        msg = _describe_failure(missing, joined, world, timeout_s, addr, port)
+        msg = _describe_failure(missing, joined, world, timeout_s, addr, port, hosts)
         store.set(_VERDICT, msg)
         time.sleep(1.0)   # the joined ranks read the verdict before this store goes away
         raise RendezvousError(msg)

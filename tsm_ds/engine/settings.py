@@ -79,8 +79,11 @@ class TrainSettings:
             then stop).
         inject_nan_step, inject_nan_rank: test hook: the loss of optimizer step ``inject_nan_step``
             (1-based) becomes NaN on rank ``inject_nan_rank`` only (not again after a rollback).
-        dist_timeout: seconds for every rank to join and for every collective (None:
-            ``$TSM_DS_DIST_TIMEOUT``, else 300; :mod:`tsm_ds.engine.rendezvous`).
+        dist_timeout: seconds for every rank to join and for every collective (None: 300;
+            :mod:`tsm_ds.engine.rendezvous`).
+        hosts: the hostfile's hosts in node order (names a missing rank's host; ``$TSM_DS_HOSTS``).
+        test_hang: test hook ``"<rank>:<step>[:<seconds>]"``: that rank sleeps in that optimizer step
+            (:mod:`tsm_ds.engine.watchdog`; ``$TSM_DS_TEST_HANG``).
         stop_signals: signal names that make the run save at the next optimizer step and stop
             (:mod:`tsm_ds.engine.preempt`; SLURM's ``--signal=USR1@120``); ``()``: none.
         step_timeout, startup_timeout: hang watchdog limits in seconds (:mod:`tsm_ds.engine.watchdog`):
@@ -111,6 +114,8 @@ class TrainSettings:
     inject_nan_step: int | None = None
     inject_nan_rank: int = 0
     dist_timeout: float | None = None
+    hosts: tuple = ()
+    test_hang: str | None = None
     stop_signals: tuple = ("SIGUSR1",)
     step_timeout: float = 1800.0
     startup_timeout: float = 3600.0

@@ -92,7 +92,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def _init_distributed(self):
-        self.rank, self.world = init_distributed(timeout_s=self.s.dist_timeout)
+        self.rank, self.world = init_distributed(timeout_s=self.s.dist_timeout, hosts=list(self.s.hosts) or None)
         self.device = device()
         self.device_name = self.device.type
 

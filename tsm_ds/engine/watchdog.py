@@ -55,7 +55,8 @@ A thread stuck in C code that holds the GIL stops the Python watchdog too: as a 
 limit + :data:`BACKSTOP_S`; it prints the stacks to the rank's stderr (the launcher's log) and
 exits with status 1. It replaces any ``dump_traceback_later`` the program armed itself.
 
-Test hook: ``TSM_DS_TEST_HANG=<rank>:<step>[:<seconds>]`` makes that rank sleep (default 3600 s)
+Test hook: ``test_hang="<rank>:<step>[:<seconds>]"`` (the train command's hidden ``debug.test_hang``,
+set from ``TSM_DS_TEST_HANG``) makes that rank sleep (default 3600 s)
 in the beat of that optimizer step, inside :func:`_sleep_for_test` (a frame the stacks show),
 before the beat counts: that rank's last progress stays the step before.
 """
@@ -89,9 +90,9 @@ def _secs(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.2g}"
 
 
-def _sleep_for_test(rank: int, step: int | None) -> None:
-    """The ``TSM_DS_TEST_HANG`` hook (see the module docstring); nothing when unset."""
-    spec = os.environ.get("TSM_DS_TEST_HANG")
+def _sleep_for_test(rank: int, step: int | None, spec: str | None) -> None:
+    """The test-hang hook (``debug.test_hang``, ``TSM_DS_TEST_HANG``; see the module docstring);
+    nothing when ``spec`` is None."""
     if not spec or step is None:
         return
     parts = spec.split(":")
@@ -173,7 +174,7 @@ class Watchdog:
 
     def __init__(self, run_dir: str | os.PathLike, *, rank: int, world_size: int | None = None,
                  step_timeout: float = 1800.0, startup_timeout: float = 3600.0, poll: float = 1.0,
-                 grace: float | None = None, exit=os._exit):
+                 grace: float | None = None, exit=os._exit, test_hang: str | None = None):
         if poll <= 0 or (grace is not None and grace < 0):
             raise ValueError(f"watchdog: poll must be > 0 and grace >= 0, got {poll} and {grace}")
         self.dir = Path(run_dir) / "stacks"
@@ -183,6 +184,7 @@ class Watchdog:
         self.poll = poll
         self.grace = 3 * poll + 2.0 if grace is None else grace
         self._exit = exit
+        self.test_hang = test_hang   # test hook "<rank>:<step>[:<seconds>]" (see the module docstring)
         self.phase = "start-up"
         self.last_what = "start"
         self.step: int | None = None   # the last optimizer step reported
@@ -216,7 +218,7 @@ class Watchdog:
     def beat(self, what: str, step: int | None = None) -> None:
         """Report progress: ``what`` is ``"step"`` (an optimizer step, ``step`` its number; the first
         one ends the start-up phase), ``"eval"`` or ``"checkpoint"``. Nothing is written."""
-        _sleep_for_test(self.rank, step if what == "step" else None)
+        _sleep_for_test(self.rank, step if what == "step" else None, self.test_hang)
         self._last = time.monotonic()
         self.beats += 1
         if what == "step":
@@ -419,7 +421,8 @@ def watched_setup(setup):
         s = trainer.s
         trainer.watchdog = Watchdog(s.run_dir, rank=int(os.environ.get("RANK", "0")),
                                     world_size=int(os.environ.get("WORLD_SIZE", "0")) or None,
-                                    step_timeout=s.step_timeout, startup_timeout=s.startup_timeout).start()
+                                    step_timeout=s.step_timeout, startup_timeout=s.startup_timeout,
+                                    test_hang=s.test_hang).start()
         try:
             out = setup(trainer, *args, **kwargs)
         except BaseException:

@@ -60,7 +60,9 @@ import torch.nn.functional as F
 
 ShiftMode = Literal["bidirectional", "online"]
 
-_FUSED_ENABLED = os.environ.get("TSM_DS_FUSED_SHIFT", "1") not in ("0", "false", "False", "")
+#: the fused path is allowed (the default); training sets it from ``model.fused_shift`` (``--no-fused-shift``,
+#: ``TSM_DS_FUSED_SHIFT=0``, read by the command line, :mod:`tsm_ds.config.env`)
+_FUSED_ENABLED = True
 
 
 def set_fused_shift(enabled: bool) -> bool:
@@ -76,7 +78,7 @@ def set_fused_shift(enabled: bool) -> bool:
 def fast_path_allowed(x: torch.Tensor) -> bool:
     """True when the fused in-place shift may run on ``x``.
 
-    False (reference path) when disabled via :func:`set_fused_shift` / ``TSM_DS_FUSED_SHIFT=0``, when
+    False (reference path) when disabled via :func:`set_fused_shift` (``--no-fused-shift``), when
     tracing or scripting (torch.jit), compiling or exporting (torch.compile, torch.export, ONNX),
     under autocast for ``x``'s device, or for tensor subclasses (fake/functional tensors).
     """

@@ -98,23 +98,25 @@ class VideoIndex:
 _index_cache: OrderedDict[tuple[str, int, int], VideoIndex] = OrderedDict()
 #: most frame indexes kept in this process (least recently used dropped first; a dropped one is
 #: rebuilt by one demux pass, or read from the on-disk cache)
-INDEX_CACHE_SIZE = int(os.environ.get("TSM_DS_INDEX_CACHE_SIZE", "8192"))
-_index_cache_dir: str | None = os.environ.get("TSM_DS_INDEX_CACHE") or None
+#: rebuilt by one demux pass, or read from the on-disk cache); training sets it from
+#: ``data.index_cache_size`` (:func:`set_index_cache_size`)
+INDEX_CACHE_SIZE = 8192
+_index_cache_dir: str | None = None   # training sets it from ``data.index_cache`` (:func:`set_index_cache_dir`)
 
 
 def set_index_cache_dir(path: str | os.PathLike | None) -> None:
     """Also keep frame indexes on disk under ``path`` (shared by DataLoader workers and runs).
 
-    ``None`` keeps them in this process only. The environment variable ``TSM_DS_INDEX_CACHE``
-    sets the default. Entries are keyed by (real path, size, mtime), so edited files re-index.
+    ``None`` keeps them in this process only (the default; the train command sets it from
+    ``--index-cache`` / ``TSM_DS_INDEX_CACHE``). Entries are keyed by (real path, size, mtime), so edited files re-index.
     """
     global _index_cache_dir
     _index_cache_dir = None if path is None else str(path)
 
 
 def set_index_cache_size(entries: int) -> None:
-    """Keep at most ``entries`` frame indexes in this process (default 8192, or the environment
-    variable ``TSM_DS_INDEX_CACHE_SIZE``); the least recently used are dropped first.
+    """Keep at most ``entries`` frame indexes in this process (default 8192; the train command sets
+    it from ``--index-cache-size`` / ``TSM_DS_INDEX_CACHE_SIZE``); the least recently used are dropped first.
 
     Raises:
         ValueError: ``entries`` < 1.
