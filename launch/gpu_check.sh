@@ -123,7 +123,7 @@ skip() { record "$1" -1 0 0; echo "== $1: skipped ($2)" | tee -a "$LOG"; }
 DOCTOR=("$PY" -m tsm_ds.cli doctor --no-progress)
 if [ "$MODE" = dry ]; then
   skip setup "dry run: this python's packages"
-  TINY=(--arch resnet18 --num-segments 2 --img-size 32 --micro-batch 2 --quick)
+  TINY=(--arch resnet18 --num-segments 2 --img-size 32 --micro-batch-size 2 --quick)
   # the compute variants of the precisions section ride along (one process less)
   section doctor 240 "${DOCTOR[@]}" "${DATA_FLAG[@]}" "${TINY[@]}" --workers 1 --precisions bf16 --channels-last \
       --out "$WORK/doctor"

@@ -18,7 +18,7 @@ from tsm_ds.cli import doctor as cli
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TINY = ["--arch", "resnet18", "--num-segments", "2", "--img-size", "32", "--micro-batch", "2", "--quick",
+TINY = ["--arch", "resnet18", "--num-segments", "2", "--img-size", "32", "--micro-batch-size", "2", "--quick",
         "--no-progress"]
 
 

@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         SystemExit: bad options (argparse).
     """
+    # an empty variable is an unset one (MASTER_PORT= exported by a script), as before the tree
+    env = {k: v for k, v in os.environ.items() if v}
     try:
-        cfg, _ = parse(COMMAND, Config, argv, env=os.environ)
+        cfg, _ = parse(COMMAND, Config, argv, env=env)
     except ValueError as e:               # a variable that does not convert ($MASTER_PORT=abc)
         print(f"tsm-ds doctor: {e}", file=sys.stderr)
         return 2
