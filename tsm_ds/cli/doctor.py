@@ -17,10 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from tsm_ds.config import Config, parse
 from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.config.tools import DOCTOR
+
+if TYPE_CHECKING:
+    from tsm_ds.bench.doctor import DoctorSettings
 
 #: the fields this command uses
 COMMAND = DOCTOR
@@ -31,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     return build_parser_for(COMMAND, Config)
 
 
-def doctor_settings(cfg: Config):
+def doctor_settings(cfg: Config) -> "DoctorSettings":
     """The :class:`tsm_ds.bench.doctor.DoctorSettings` of a parsed command line (the cluster
     section's options in its ``extra``: :func:`tsm_ds.cli._doctor_cluster.apply_cluster_options`)."""
     from tsm_ds.bench.doctor import DoctorSettings
