@@ -26,9 +26,13 @@ from tsm_ds.config.commands import PLAN
 from tsm_ds.config.fields import build_parser as build_parser_for
 
 
+#: the fields this command uses
+COMMAND = PLAN
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds config`` argument parser (generated: :data:`tsm_ds.config.commands.PLAN`)."""
-    return build_parser_for(PLAN, Config)
+    return build_parser_for(COMMAND, Config)
 
 
 def recipe_device(ds_config: dict, tsm: dict, recipe: str) -> tuple[str, str]:
@@ -74,7 +78,7 @@ def _schedule(tsm: dict, ds: dict, steps_per_epoch: int, total: int) -> list[str
 
 def main(argv: list[str] | None = None) -> int:
     """``tsm-ds config``: print the resolved configuration; 0, or 2 with the reason on a bad combination."""
-    cfg, _ = parse(PLAN, Config, argv)
+    cfg, _ = parse(COMMAND, Config, argv)
     plan, m, sch = cfg.plan, cfg.model, cfg.schedule
     import torch
 

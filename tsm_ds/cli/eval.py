@@ -38,14 +38,18 @@ from tsm_ds.config.commands import EVAL
 from tsm_ds.config.fields import build_parser as build_parser_for
 
 
+#: the fields this command uses
+COMMAND = EVAL
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds eval`` argument parser (generated: :data:`tsm_ds.config.commands.EVAL`)."""
-    return build_parser_for(EVAL, Config)
+    return build_parser_for(COMMAND, Config)
 
 
 def main(argv: list[str]) -> int:
     """``tsm-ds eval``; returns 0 on success, 2 on bad arguments/checkpoint/data (message on stderr)."""
-    cfg, _ = parse(EVAL, Config, argv)
+    cfg, _ = parse(COMMAND, Config, argv)
     v, e = cfg.views, cfg.eval
     from tsm_ds.inference.views import legacy_note
 

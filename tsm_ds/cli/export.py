@@ -15,15 +15,19 @@ from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.inference.export import export_model
 
 
+#: the fields this command uses
+COMMAND = EXPORT
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds export`` argument parser (generated: :data:`tsm_ds.config.commands.EXPORT`)."""
-    return build_parser_for(EXPORT, Config)
+    return build_parser_for(COMMAND, Config)
 
 
 def main(argv: list[str]) -> int:
     """``tsm-ds export``: returns 0 when every written file matched PyTorch within tolerance, else 1
     (2: an unreadable checkpoint)."""
-    cfg, _ = parse(EXPORT, Config, argv)
+    cfg, _ = parse(COMMAND, Config, argv)
     x = cfg.export
     loaded, img_size = load_from_config(cfg, "tsm-ds export")
     if loaded is None:

@@ -10,14 +10,18 @@ from tsm_ds.config.commands import MODELS
 from tsm_ds.config.fields import build_parser as build_parser_for
 
 
+#: the fields this command uses
+COMMAND = MODELS
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds models`` argument parser (generated: :data:`tsm_ds.config.commands.MODELS`)."""
-    return build_parser_for(MODELS, Config)
+    return build_parser_for(COMMAND, Config)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``tsm-ds models``: print the table (markdown); returns 0."""
-    cfg, _ = parse(MODELS, Config, argv)
+    cfg, _ = parse(COMMAND, Config, argv)
     from tsm_ds.models.complexity import table_rows
     from tsm_ds.utils.io import atomic_write_text, markdown_table
 

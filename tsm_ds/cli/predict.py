@@ -16,14 +16,18 @@ from tsm_ds.inference.predict import UnreadableVideo, predict_clip, predict_onli
 from tsm_ds.utils.io import atomic_write_text
 
 
+#: the fields this command uses
+COMMAND = PREDICT
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsm-ds predict`` argument parser (generated: :data:`tsm_ds.config.commands.PREDICT`)."""
-    return build_parser_for(PREDICT, Config)
+    return build_parser_for(COMMAND, Config)
 
 
 def main(argv: list[str]) -> int:
     """``tsm-ds predict``; exit status 0, 1 when some video could not be read, 2 on a bad checkpoint."""
-    cfg, _ = parse(PREDICT, Config, argv)
+    cfg, _ = parse(COMMAND, Config, argv)
     v, a = cfg.views, cfg.predict
     from tsm_ds.inference.views import legacy_note
 

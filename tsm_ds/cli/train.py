@@ -48,13 +48,14 @@ def parse_config(argv: list[str] | None, environ: dict | None = None) -> tuple[C
         SystemExit: bad options (argparse).
         FileNotFoundError, ConfigTreeError: an unreadable ``--config`` file (named).
     """
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
+    if path is None and "--config" in args[:-1]:
+        path = args[args.index("--config") + 1]
     base, notes = None, []
-    if known.config:
+    if path:
         from tsm_ds.config.record import load_run_config
-        base, _, notes = load_run_config(known.config)
+        base, _, notes = load_run_config(path)
     env = os.environ if environ is None else environ
     cfg, given = parse(COMMAND, Config, argv, base=base, env=env)
     if base is None and "data.data" not in given and cfg.data.data and cfg.data.data == env.get("TSM_DS_DATA"):
