@@ -155,7 +155,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
 
     import torch
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
-    from tsm_ds.engine.guard import DivergenceError, GuardSettings
+    from tsm_ds.engine.guard import EXIT_DIVERGED, DivergenceError, GuardSettings
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.engine.config import ConfigError, load_config, resolve_recipe
     try:
@@ -245,7 +245,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     except DivergenceError as e:   # decided alike on every rank: all exit 3
         if trainer.rank == 0:
             log.error("%s", e.describe())
-        return 3
+        return EXIT_DIVERGED
     except CheckpointSaveError as e:
         if trainer.rank == 0:
             log.error("%s", e)

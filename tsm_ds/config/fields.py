@@ -192,12 +192,11 @@ def _help(info: FieldInfo, default: Any, required: bool, use_env: bool) -> str:
     if required:
         return text + " (required)"
     tp, _ = _unwrap(info.type)
-    if tp is bool and default is False:
-        return text
-    if default is None:
+    if tp is bool or default is None:   # a switch says what it does; None: the help says what happens
         return text
     if isinstance(default, (list, tuple)):
-        default = " ".join(str(x) for x in default) if default else "none"
+        sep = "," if info.meta.get("parse") is not None else " "
+        default = sep.join(str(x) for x in default) if default else "none"
     return f"{text} (default: {default})".replace("%", "%%")
 
 
@@ -300,8 +299,9 @@ def parse(cmd: Command, root: type, argv: Sequence[str] | None, *, base: Any | N
         if path not in given:
             if base is not None and info.meta.get("record", True):
                 continue   # the recorded run's value (the command's default does not replace it)
-            if cmd.use_env and env is not None and info.meta.get("env") and info.meta["env"] in env:
-                value = env_value(info, env[info.meta["env"]])
+            text = env.get(info.meta["env"]) if cmd.use_env and env is not None and info.meta.get("env") else None
+            if text is not None and (text != "" or _unwrap(info.type)[0] is bool):   # empty: unset
+                value = env_value(info, text)
         setattr(getattr(tree, info.section), info.name, value)
     return tree, given
 
