@@ -191,3 +191,37 @@ def test_bad_data_dir_is_a_message_not_a_traceback(make, tmp_path, capsys, caplo
     assert status == 2
     out = capsys.readouterr().out + caplog.text  # logging goes to pytest's handler here
     assert "data: " in out and str(data) in out and "Traceback" not in out
+
+
+def _write_run(run_dir: Path, argv: list[str]) -> None:
+    """A run folder whose config.json records the tree of ``argv`` (as the train command writes it)."""
+    from tsm_ds.config.record import run_record
+    cfg = _cfg(argv)
+    (run_dir / "checkpoints").mkdir(parents=True)
+    rec = run_record(cfg, deepspeed_config="cpu_fp32.json", data_description="d", split={}, flip=True)
+    (run_dir / "config.json").write_text(json.dumps(rec))
+
+
+def test_resume_and_tune_from_rebuild_the_recorded_model_and_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    run = tmp_path / "runs" / "r"
+    _write_run(run, ["--arch", "resnet18", "--num-segments", "4", "--img-size", "112", "--data", "/clips",
+                     "--shift-div", "4", "--save-every-steps", "3", "--inject-nan-at-step", "2"])
+    rec = json.loads((run / "config.json").read_text())["config"]
+    assert "debug" not in rec and rec["model"]["arch"] == "resnet18"   # test hooks are not the run's configuration
+    # --resume: the run's fields replace the defaults; flags given still win
+    cfg, notes = parse_config(["--output-dir", str(tmp_path / "runs"), "--run-name", "r", "--resume", "auto",
+                               "--max-steps", "9", "--img-size", "96"], environ={})
+    assert (cfg.model.arch, cfg.model.num_segments, cfg.model.shift_div, cfg.data.data) == ("resnet18", 4, 4, "/clips")
+    assert (cfg.data.img_size, cfg.schedule.max_steps, cfg.output.save_every_steps) == (96, 9, 3)
+    assert cfg.debug.inject_nan_at_step is None and cfg.output.resume == "auto"
+    assert any(f"--resume: the run's fields from {run / 'config.json'}" in n for n in notes)
+    # no recorded run there: a fresh start with the defaults (as --resume auto always did)
+    cfg, _ = parse_config(["--output-dir", str(tmp_path / "none"), "--run-name", "r", "--resume", "auto"], environ={})
+    assert cfg.model.arch == "resnet50"
+    # --tune-from a run: its network's shape (arch, shift options), not its schedule or data
+    cfg, notes = parse_config(["--tune-from", str(run / "best_model.pt"), "--num-segments", "8"], environ={})
+    assert (cfg.model.arch, cfg.model.shift_div, cfg.model.num_segments, cfg.data.data) == ("resnet18", 4, 8, None)
+    assert any("the model of that run (arch='resnet18', shift_div=4;" in n for n in notes)
+    cfg, _ = parse_config(["--tune-from", str(run), "--arch", "resnet34"], environ={})
+    assert cfg.model.arch == "resnet34"                              # a flag given wins

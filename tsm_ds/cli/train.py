@@ -37,29 +37,76 @@ def build_parser() -> argparse.ArgumentParser:
     return build_parser_for(COMMAND, Config)
 
 
+#: the model fields that decide which weights a network has: taken from the run ``--tune-from`` names
+#: (its config.json) unless given on the command line
+TUNE_FROM_FIELDS = ("arch", "shift", "shift_div", "shift_place", "temporal_pool")
+
+
+def default_recipe() -> str:
+    """The engine recipe without ``--deepspeed_config``: cpu_fp32 on DeepSpeed's CPU accelerator, else gpu_fp16."""
+    return "cpu_fp32" if os.environ.get("DS_ACCELERATOR") == "cpu" else "gpu_fp16"
+
+
+def run_dir_of(cfg: Config, recipe_path: str | Path) -> Path:
+    """OUTPUT_DIR/RUN_NAME; the default name is ``<arch>_T<segments>_<engine json name>``."""
+    name = cfg.output.run_name or f"{cfg.model.arch}_T{cfg.model.num_segments}_{Path(recipe_path).stem}"
+    return Path(cfg.output.output_dir) / name
+
+
 def parse_config(argv: list[str] | None, environ: dict | None = None) -> tuple[Config, list[str]]:
-    """The run's tree from argv: ``--config RUN/config.json`` first (its fields replace the defaults),
-    then the flags given (they win), then ``TSM_DS_*`` variables for fields neither gave.
+    """The run's tree from argv: a recorded run's fields first, then the flags given (they win), then
+    ``TSM_DS_*`` variables for fields neither gave.
+
+    The recorded run: ``--config RUN/config.json``; else, with ``--resume``, the run being resumed
+    (its ``config.json`` in OUTPUT_DIR/RUN_NAME, when there is one), so that a resume rebuilds the
+    run's model and data without retyping them. ``--tune-from`` a run (its dir, checkpoints or
+    exports, beside its ``config.json``) also takes that run's :data:`TUNE_FROM_FIELDS` unless given.
 
     Returns:
-        (the tree, notes about the recorded run: fields it had that are options no more).
+        (the tree, notes for the log: where recorded fields came from, fields of a recorded run that
+        are options no more).
 
     Raises:
         SystemExit: bad options (argparse).
         FileNotFoundError, ConfigTreeError: an unreadable ``--config`` file (named).
     """
+    from tsm_ds.config.record import load_run_config
+
     args = list(sys.argv[1:] if argv is None else argv)
     path = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
     if path is None and "--config" in args[:-1]:
         path = args[args.index("--config") + 1]
     base, notes = None, []
     if path:
-        from tsm_ds.config.record import load_run_config
         base, _, notes = load_run_config(path)
     env = os.environ if environ is None else environ
     cfg, given = parse(COMMAND, Config, argv, base=base, env=env)
+    if base is None and cfg.output.resume:
+        from tsm_ds.engine.config import ConfigError, resolve_recipe
+        try:
+            record = run_dir_of(cfg, resolve_recipe(cfg.engine.deepspeed_config or default_recipe())) / "config.json"
+        except ConfigError:   # the trainer names the bad recipe
+            record = None
+        if record is not None and record.is_file():
+            base, _, notes = load_run_config(record)
+            cfg, given = parse(COMMAND, Config, argv, base=base, env=env)
+            notes.append(f"--resume: the run's fields from {record} (flags given override them)")
     if base is None and "data.data" not in given and cfg.data.data and cfg.data.data == env.get("TSM_DS_DATA"):
         notes.append(f"no --data given: using {cfg.data.data} ($TSM_DS_DATA)")
+    if cfg.model.tune_from and base is None:
+        from tsm_ds.inference.evaluate import find_run_config
+        try:
+            src = load_run_config(find_run_config(cfg.model.tune_from))[0].model
+        except (FileNotFoundError, ValueError):   # an export elsewhere, an official file: nothing recorded
+            src = None
+        taken = [f"{k}={getattr(src, k)!r}" for k in TUNE_FROM_FIELDS if src is not None
+                 and f"model.{k}" not in given and getattr(src, k) != getattr(cfg.model, k)]
+        for item in taken:
+            k = item.split("=", 1)[0]
+            setattr(cfg.model, k, getattr(src, k))
+        if taken:
+            notes.append(f"--tune-from {cfg.model.tune_from}: the model of that run ({', '.join(taken)}; "
+                         f"give the flags to change them)")
     return cfg, notes
 
 
@@ -128,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", e)
         return 2
     for note in notes:
-        (log.info if note.startswith("no --data") else log.warning)("%s", note)
+        (log.warning if "no option any more" in note else log.info)("%s", note)
     if acc_msg:
         log.info(acc_msg)
     log.info(thread_msg)
@@ -159,8 +206,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.engine.config import ConfigError, load_config, resolve_recipe
     try:
-        cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or (
-            "cpu_fp32" if os.environ.get("DS_ACCELERATOR") == "cpu" else "gpu_fp16")))
+        cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or default_recipe()))
         log.info("engine JSON: %s%s", cfg_path,
                  "" if cfg.engine.deepspeed_config else " (no --deepspeed_config: default)")
         engine_json = load_config(cfg_path)
@@ -201,14 +247,14 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
             return 2
         log.info("--tune-from %s (%s %s): %d tensors loaded, replaced (shape differs): %s", m.tune_from,
                  rep["source"], rep["path"], rep["loaded"], rep["skipped"] or "none")
-    run_name = out.run_name or f"{m.arch}_T{m.num_segments}_{Path(cfg_path).stem}"
-    log_path = add_rank_log_file(Path(out.output_dir) / run_name, rank)
+    run_dir = run_dir_of(cfg, cfg_path)
+    log_path = add_rank_log_file(run_dir, rank)
     log.info("this rank's log: %s (every rank writes one)", log_path)
     from tsm_ds.config.record import run_record
     # config.json: the tree + what the trainer resolves (tsm_ds.config.record; eval re-resolves the split)
     record = run_record(cfg, deepspeed_config=cfg_path, data_description=desc, split=split.as_dict(), flip=flip)
     g, dist_cfg, dbg = cfg.guard, cfg.distributed, cfg.debug
-    settings = TrainSettings(run_dir=Path(out.output_dir) / run_name, epochs=sch.epochs, max_steps=sch.max_steps,
+    settings = TrainSettings(run_dir=run_dir, epochs=sch.epochs, max_steps=sch.max_steps,
                              seed=sch.seed, num_workers=d.num_workers, resume=out.resume,
                              save_every_steps=out.save_every_steps, keep_last=out.keep_last,
                              class_names=class_names, flags=sch.engine_flags(), record=record,

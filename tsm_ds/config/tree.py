@@ -187,13 +187,15 @@ class LoggingConfig:
 
 @dataclass
 class DebugConfig:
-    """Test hooks (hidden from ``--help``; faults injected on purpose)."""
+    """Test hooks (hidden from ``--help``; faults injected on purpose; not recorded in config.json:
+    a rerun or a resume does not inject them again)."""
 
-    inject_nan_at_step: int | None = opt(None, "the loss of this optimizer step becomes NaN", hidden=True)
-    inject_nan_rank: int = opt(0, "the rank whose loss becomes NaN", hidden=True)
+    inject_nan_at_step: int | None = opt(None, "the loss of this optimizer step becomes NaN", hidden=True,
+                                         record=False)
+    inject_nan_rank: int = opt(0, "the rank whose loss becomes NaN", hidden=True, record=False)
     inject_signal_at_step: int | None = opt(None, "that rank sends itself the stop signal after this step",
-                                            hidden=True)
-    inject_signal_rank: int = opt(0, "the rank that signals itself", hidden=True)
+                                            hidden=True, record=False)
+    inject_signal_rank: int = opt(0, "the rank that signals itself", hidden=True, record=False)
     test_hang: str | None = opt(None, "'<rank>:<step>[:<seconds>]': that rank sleeps in that optimizer step (the hang "
                                 "watchdog's test)", hidden=True, env="TSM_DS_TEST_HANG", record=False)
 
