@@ -22,8 +22,19 @@ from clusterlib import REPO, remove_shm_buffers, run
 
 pytestmark = pytest.mark.slow
 
-TRAIN = ["--arch", "resnet18", "--num-segments", "2", "--img-size", "32", "--batch-size", "2",
-         "--micro-batch-size", "1", "--lr", "0.01", "--num-workers", "0", "--no-progress", "--seed", "3"]
+#: the small model and schedule of every run here, as fields of the configuration tree
+TRAIN = {"model.arch": "resnet18", "model.num_segments": 2, "data.img_size": 32, "schedule.batch_size": 2,
+         "schedule.micro_batch_size": 1, "schedule.lr": 0.01, "data.num_workers": 0, "logging.progress": False,
+         "schedule.seed": 3}
+
+
+def train_argv(**fields) -> list[str]:
+    """The training command line of :data:`TRAIN` plus ``fields`` (``section__field=value``), written
+    by the product's one command-line builder (:func:`tsm_ds.config.to_argv`)."""
+    from tsm_ds.config import Config, to_argv
+    from tsm_ds.config.commands import TRAIN as TRAIN_COMMAND
+
+    return to_argv(TRAIN_COMMAND, Config, {**TRAIN, **{k.replace("__", "."): v for k, v in fields.items()}})
 STEPS_PER_EPOCH = 5   # 10 train clips of the source_group split / global batch 2 (asserted from the log)
 
 
@@ -54,9 +65,9 @@ def _multi_node(cluster, hosts, args, env=None, timeout=400):
 
 
 def test_hostfile_two_hosts_trains_an_epoch_and_resumes(cluster, shared_data, keep_logs):
-    args = TRAIN + ["--data", str(shared_data / "videos"), "--output-dir", str(cluster.shared / "runs"),
-                    "--run-name", "hostfile", "--dist-timeout", "120"]
-    p1, _ = _multi_node(cluster, ["node-a", "node-b"], args + ["--epochs", "1"])
+    common = dict(data__data=str(shared_data / "videos"), output__output_dir=str(cluster.shared / "runs"),
+                  output__run_name="hostfile", distributed__dist_timeout=120)
+    p1, _ = _multi_node(cluster, ["node-a", "node-b"], train_argv(**common, schedule__epochs=1))
     assert p1.returncode == 0, p1.stdout[-6000:]
     assert f"{STEPS_PER_EPOCH} optimizer steps per epoch" in p1.stdout
     # pdsh started one launcher per host over ssh: rank 0 on node-a, rank 1 on node-b
@@ -72,7 +83,8 @@ def test_hostfile_two_hosts_trains_an_epoch_and_resumes(cluster, shared_data, ke
 
     # the second launch continues into epoch 2 (one more step is enough to show it)
     # (the preflight, tsm-ds doctor --hostfile, ran before the first launch; SKIP_DOCTOR=1 skips it here)
-    p2, _ = _multi_node(cluster, ["node-a", "node-b"], args + ["--epochs", "2", "--max-steps", str(STEPS_PER_EPOCH + 1)],
+    p2, _ = _multi_node(cluster, ["node-a", "node-b"], train_argv(**common, schedule__epochs=2,
+                                                                  schedule__max_steps=STEPS_PER_EPOCH + 1),
                         env={"SKIP_DOCTOR": "1"})
     assert p2.returncode == 0, p2.stdout[-6000:]
     assert re.search(rf"resumed from .*{tag}: epoch \d+, \d+ micro-batches into it, optimizer step {STEPS_PER_EPOCH}",
@@ -81,8 +93,9 @@ def test_hostfile_two_hosts_trains_an_epoch_and_resumes(cluster, shared_data, ke
 
 
 def test_down_host_listed_second_fails_naming_it(cluster, shared_data, keep_logs):
-    args = TRAIN + ["--data", str(shared_data / "videos"), "--output-dir", str(cluster.shared / "runs"),
-                    "--run-name", "down", "--epochs", "1"]
+    common = dict(data__data=str(shared_data / "videos"), output__output_dir=str(cluster.shared / "runs"),
+                  output__run_name="down", schedule__epochs=1)
+    args = train_argv(**common)
     # the launch script's ssh check: stops before any rank starts, with ssh's own error
     p, secs = _multi_node(cluster, ["node-a", "node-down"], args, timeout=120)
     assert p.returncode != 0
@@ -91,7 +104,7 @@ def test_down_host_listed_second_fails_naming_it(cluster, shared_data, keep_logs
     print(f"down host, ssh check: failed after {secs:.1f} s")
     # without the check: pdsh cannot reach node-down, rank 0 on node-a stops after --dist-timeout
     # (not DeepSpeed's 10-minute store timeout) and names the missing rank's host
-    p, secs = _multi_node(cluster, ["node-a", "node-down"], args + ["--dist-timeout", "10"],
+    p, secs = _multi_node(cluster, ["node-a", "node-down"], train_argv(**common, distributed__dist_timeout=10),
                           env={"NO_SSH_CHECK": "1", "SKIP_DOCTOR": "1"}, timeout=300)
     assert p.returncode != 0
     assert "Connection refused" in p.stdout, p.stdout[-3000:]
@@ -108,9 +121,9 @@ def test_sbatch_two_nodes_private_tmp_trains_and_requeues_after_the_time_limit_s
     run_dir = cluster.shared / "runs" / "slurm"
     out_file = cluster.shared / "slurm-%j.out"
     sub = run(["sbatch", "--parsable", "--nodes", "2", "--output", str(out_file), "launch/slurm_train.sbatch",
-               *TRAIN, "--data", str(shared_data / "videos"), "--output-dir", str(cluster.shared / "runs"),
-               "--run-name", "slurm", "--epochs", "2", "--max-steps", str(STEPS_PER_EPOCH + 1), "--save-every-steps", "1",
-               "--dist-timeout", "120"], cluster, timeout=60, cwd=REPO)
+               *train_argv(data__data=str(shared_data / "videos"), output__output_dir=str(cluster.shared / "runs"),
+                           output__run_name="slurm", schedule__epochs=2, schedule__max_steps=STEPS_PER_EPOCH + 1,
+                           output__save_every_steps=1, distributed__dist_timeout=120)], cluster, timeout=60, cwd=REPO)
     assert sub.returncode == 0, sub.stdout
     job = sub.stdout.strip().split(";")[0]
     log = cluster.shared / f"slurm-{job}.out"
