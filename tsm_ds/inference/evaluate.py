@@ -129,7 +129,7 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
 
     ``args`` carries the command's option attributes (checkpoint, labels, data / list / root /
     split, num_clips, num_crops, sampling, num_segments, img_size, average, batch_size, workers,
-    max_clips, out, no_plot); ``log`` receives rank 0's progress lines (checkpoint notes, the
+    max_clips, out, no_plot, trust_checkpoint: see :func:`load_for_inference`'s ``trust``); ``log`` receives rank 0's progress lines (checkpoint notes, the
     protocol), default: the ``tsm_ds.inference`` logger.
 
     Returns the metrics dict on rank 0 (also written to ``args.out``), None on other ranks.
@@ -146,7 +146,8 @@ def evaluate(args: Any, *, log: Callable[[str], None] | None = None) -> dict | N
     rank, world = init_distributed(require_group=False)
     protocol = view_protocol(args.num_clips, args.num_crops, args.sampling,
                              full_res=getattr(args, "full_res", None), resize=getattr(args, "resize", None))
-    loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
+    loaded = load_for_inference(args.checkpoint, labels=args.labels, trust=bool(getattr(args, "trust_checkpoint", False)),
+                                **checkpoint_overrides(args))
     if torch.cuda.is_available():
         loaded.model.cuda()
     num_segments = int(loaded.config.get("num_segments", args.num_segments or 8))
