@@ -28,19 +28,32 @@ def add_official_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--temporal-pool", action=argparse.BooleanOptionalAction, default=None,
                    help="temporal max pooling before layer2 (ResNets)")
     g.add_argument("--dropout", type=float, default=None, help="dropout before the head (no effect at eval)")
+    add_trust_arg(g)
+
+
+def add_trust_arg(p) -> None:
+    """``--trust-checkpoint`` (store_true), the one definition for every command that reads a
+    checkpoint: eval, predict, export (through :func:`add_official_args`) and ``tsm_ds.train``
+    (``--tune-from``, ``--resume``). Passed on as the library's ``trust=`` keyword
+    (:mod:`tsm_ds.engine.safe_load`). ``p``: a parser or an argument group."""
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="load a checkpoint file that weights-only loading refuses (it asks to unpickle a class or "
+                        "function besides tensors and the DeepSpeed classes tsm_ds's recipes save) with full "
+                        "unpickling, which runs any code the file holds: only for checkpoints whose origin you know")
 
 
 def load_from_args(args: argparse.Namespace, prog: str) -> LoadedModel | None:
     """Load ``--checkpoint`` for a command-line tool (predict, export).
 
-    Applies ``--labels`` and the build overrides, and sets ``args.img_size`` to the size to run at
-    (:func:`resolve_img_size`). Returns None after printing ``"{prog}: <reason>"`` to stderr for a
+    Applies ``--labels``, ``--trust-checkpoint`` and the build overrides, and sets ``args.img_size``
+    to the size to run at (:func:`resolve_img_size`). Returns None after printing ``"{prog}: <reason>"`` to stderr for a
     missing, unreadable or mismatched checkpoint.
     """
     from tsm_ds.models.weights import CheckpointError
 
     try:
-        loaded = load_for_inference(args.checkpoint, labels=args.labels, **checkpoint_overrides(args))
+        loaded = load_for_inference(args.checkpoint, labels=args.labels, trust=args.trust_checkpoint,
+                                    **checkpoint_overrides(args))
     except (FileNotFoundError, ValueError, CheckpointError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return None

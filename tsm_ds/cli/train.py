@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "checkpoints/ dir (the 'latest' tag), a tag dir (ZeRO-3 too), or an official TSM file (TSM_..."
                    "_segment8_e50*.pth[.tar] with any suffix, ckpt.best.pth.tar in its TSM_... directory, the online "
                    "demo's mobilenetv2_jester_online.pth.tar); the head is replaced when the class count differs")
-    from tsm_ds.cli._common import add_training_args
+    from tsm_ds.cli._common import add_training_args, add_trust_arg
+    add_trust_arg(m)       # --trust-checkpoint: for --tune-from and --resume
     add_training_args(p)   # --epochs ... --lr-steps, shared with tsm-ds config
     o = p.add_argument_group("output")
     o.add_argument("--output-dir", default="runs", help="runs are written to OUTPUT_DIR/RUN_NAME")
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
     from tsm_ds.engine.guard import DivergenceError, GuardSettings
+    from tsm_ds.engine.safe_load import UntrustedCheckpointError
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.engine.config import ConfigError, load_config, resolve_recipe
     try:
@@ -247,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             rep = load_finetune_weights(model, args.tune_from, official_overrides={
                 "arch": args.arch, "num_segments": args.num_segments,
                 "shift": None if args.shift == "none" else args.shift, "shift_div": args.shift_div,
-                "shift_place": args.shift_place, "temporal_pool": args.temporal_pool, "dropout": args.dropout})
+                "shift_place": args.shift_place, "temporal_pool": args.temporal_pool, "dropout": args.dropout},
+                trust=args.trust_checkpoint)
         except (FileNotFoundError, ValueError, RuntimeError) as e:
             log.error("--tune-from %s: %s", args.tune_from, e)
             return 2
@@ -274,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                              inject_nan_rank=args.inject_nan_rank, dist_timeout=args.dist_timeout,
                              stop_signals=() if args.stop_signal.lower() == "none" else (args.stop_signal.upper(),),
                              step_timeout=args.step_timeout, startup_timeout=args.startup_timeout,
-                             channels_last=args.channels_last, compile=args.compile)
+                             channels_last=args.channels_last, compile=args.compile,
+                             trust_checkpoint=args.trust_checkpoint)
     if args.inject_signal_at_step is not None and settings.stop_signals:   # test hook (see the flag)
         import signal as _signal
 
@@ -307,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         if trainer.rank == 0:
             log.warning("%s", e)
         return EXIT_PREEMPTED
-    except (CheckpointResumeError, FileNotFoundError) as e:   # --resume: a damaged or missing checkpoint
+    except (CheckpointResumeError, UntrustedCheckpointError, FileNotFoundError) as e:   # --resume: a damaged,
+        # missing or foreign (asks to unpickle code) checkpoint
         if trainer.rank == 0:
             log.error("%s", e)
         return 2
