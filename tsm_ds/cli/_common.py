@@ -14,7 +14,8 @@ def add_official_args(p: argparse.ArgumentParser) -> None:
     ``--arch``, ``--num-classes``, ``--shift {bidirectional,online,none}``, ``--shift-div``,
     ``--shift-place``, ``--temporal-pool`` / ``--no-temporal-pool``, ``--dropout`` (all default None
     = "as the checkpoint says"; ``--num-segments`` is the command's own flag). Read back with
-    :func:`tsm_ds.inference.loading.checkpoint_overrides`.
+    :func:`tsm_ds.inference.loading.checkpoint_overrides`. Also ``--trust-checkpoint``
+    (:func:`add_trust_arg`).
     """
     g = p.add_argument_group("checkpoint options (default: what the checkpoint or its official file name says; "
                              "needed for official files renamed, e.g. ckpt.best.pth.tar)")

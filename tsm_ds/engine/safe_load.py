@@ -28,11 +28,13 @@ Finding the globals: save a checkpoint with each recipe and run
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import os
 import pickle
 import re
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -95,17 +97,26 @@ class UntrustedCheckpointError(ValueError):
             "--trust-checkpoint to load it with full unpickling")
 
 
-def safe_globals() -> list:
-    """The objects of :data:`SAFE_GLOBALS` that import here (a DeepSpeed or numpy without one of
-    them cannot have written it), for ``torch.serialization.safe_globals``."""
+def safe_globals(*, import_missing: bool = True) -> list:
+    """The objects of :data:`SAFE_GLOBALS` that exist here (a DeepSpeed or numpy without one of
+    them cannot have written it), for ``torch.serialization.safe_globals``.
+
+    Args:
+        import_missing: also entries whose top-level package (``deepspeed``) is not imported yet;
+            False keeps reading an export from importing DeepSpeed (:func:`load_file` retries with
+            every entry when a file asks for one of them).
+    """
     out = []
     for name in SAFE_GLOBALS:
+        if not import_missing and name.split(".")[0] not in sys.modules:
+            continue
         obj = _resolve(name)
         if obj is not None:
             out.append(obj)
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _resolve(name: str) -> Any:
     """The object a dotted name stands for (the longest importable module, then attributes); None
     when it does not exist here."""
@@ -154,8 +165,12 @@ def load_file(path: str | os.PathLike, *, trust: bool = False, mmap: bool = Fals
         Exception: what ``torch.load`` raises for a missing, damaged or foreign file (callers name it).
     """
     try:
-        with torch.serialization.safe_globals(safe_globals()):
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        try:
+            return _load_weights_only(path, safe_globals(import_missing=False), mmap)
+        except pickle.UnpicklingError as e:
+            if refused_global(e) not in SAFE_GLOBALS:
+                raise
+            return _load_weights_only(path, safe_globals(), mmap)   # it needs DeepSpeed's classes: import them
     except pickle.UnpicklingError as e:
         name = refused_global(e)
         if name is None:
@@ -165,6 +180,11 @@ def load_file(path: str | os.PathLike, *, trust: bool = False, mmap: bool = Fals
         log.warning("--trust-checkpoint: %s asks to unpickle %s; loading it with full unpickling "
                     "(torch.load weights_only=False), which runs whatever code the file holds", path, name)
         return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _load_weights_only(path: str | os.PathLike, allow: list, mmap: bool) -> Any:
+    with torch.serialization.safe_globals(allow):
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
 
 def check_files(paths: Iterable[str | os.PathLike], *, trust: bool = False) -> list[tuple[Path, str]]:
