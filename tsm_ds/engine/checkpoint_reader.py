@@ -392,8 +392,8 @@ def _read_deepspeed(f: Path, *, trust: bool = False) -> CheckpointContents:
     else:
         what = "an empty dict" if isinstance(module, Mapping) else f"a {type(module).__name__}"
         raise ValueError(f"{f} is not a DeepSpeed model-states file of a whole model: its 'module' entry is {what}, "
-                         "expected the model's state dict (a ZeRO-3 checkpoint's file is named "
-                         f"{ZERO3_MODEL_STATES}); pass another tag directory or the run's exported best_model.pt")
+                         "expected the model's state dict; pass another tag directory or the run's exported "
+                         "best_model.pt")
     config = recorded("model_config")
     return CheckpointContents(state_dict=_plain(state, f), model_config=dict(config) if config else None,
                               class_names=_names(recorded("class_names"), f),
