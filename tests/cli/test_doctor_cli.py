@@ -103,6 +103,7 @@ def test_gpu_check_dry_run(tmp_path, clips):
     # recipe smoke: one runs, one is refused with its message, the 1,536-GPU one is resolved only
     rec = {r["recipe"]: r for r in doc["recipes"]["sections"]["recipes"]["rows"]}
     assert rec["cpu_fp32"]["status"] == "ok" and rec["cpu_fp32"]["steps"] == 2
+    assert rec["cpu_fp32"]["message"].endswith(", checkpoint loads weights-only")
     assert math.isfinite(rec["cpu_fp32"]["loss"])
     assert rec["gpu_fp16"]["status"] == "refused" and "fp16" in rec["gpu_fp16"]["message"]
     assert rec["gpu_kinetics_1536"]["status"] == "resolved" and "lr 1.92" in rec["gpu_kinetics_1536"]["message"]
@@ -110,6 +111,30 @@ def test_gpu_check_dry_run(tmp_path, clips):
     # the 1-bit check on CPU tensors: both paths agree, both ranks hold the same result
     ob = doc["onebit"]["sections"]["onebit"]["values"]
     assert ob["rel_diff_vs_cpu"] == 0.0 and ob["same_on_ranks"] and ob["rel_error_1step"] < 1.5
+
+
+@pytest.mark.slow
+def test_recipe_smoke_checks_that_the_checkpoint_loads_weights_only(tmp_path):
+    """cpu_zero1's optimizer states pickle DeepSpeed classes (allowlisted); with one of them taken off the
+    allowlist (a DeepSpeed upgrade that pickles a new class), the recipe fails, naming the file and class."""
+    code = ("import sys; from tsm_ds.engine import safe_load; safe_load.SAFE_GLOBALS.pop(sys.argv[1], None); "
+            "from tsm_ds.cli import doctor; sys.exit(doctor.main(sys.argv[2:]))")
+    args = ["--only", "recipes", "--recipes", "--recipe-names", "cpu_zero1", "--recipe-steps", "1", "--num-segments",
+            "2", "--no-progress"]
+    drop = "deepspeed.runtime.zero.config.ZeroStageEnum"
+    for name, expect in (("", 0), (drop, 1)):
+        out = tmp_path / (name or "all")
+        r = subprocess.run([sys.executable, "-c", code, name, *args, "--out", str(out)],
+                           env=dict(_env(), OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600,
+                           cwd=str(tmp_path))
+        assert r.returncode == expect, (r.stdout + r.stderr)[-3000:]
+        row = json.loads((out / "doctor.json").read_text())["sections"]["recipes"]["rows"][0]
+        if not name:
+            assert row["status"] == "ok" and row["message"].endswith(", checkpoint loads weights-only")
+        else:
+            assert row["status"] == "failed" and re.search(
+                r"its checkpoint does not load weights-only: \S+/step00000001/zero_pp_rank_0_mp_rank_00_optim_states.pt "
+                f"asks to unpickle {drop}, which tsm_ds does not load", row["message"]), row["message"]
 
 
 @pytest.mark.slow

@@ -52,6 +52,14 @@ def _ds_states(sd: dict, config: dict, **extra) -> dict:
             **extra}
 
 
+def _loss_scaler():
+    """DeepSpeed's fp16 loss scaler, a pickled object (allowlisted by tsm_ds.engine.safe_load)."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
+
+    return DynamicLossScaler(init_scale=65536.0, scale_window=1000, min_scale=1, delayed_shift=2,
+                             consecutive_hysteresis=False)
+
+
 def _tag(d: Path, states: dict | None = None, *, link: Path | None = None, complete: bool = True) -> Path:
     d.mkdir(parents=True)
     f = d / "mp_rank_00_model_states.pt"
@@ -82,12 +90,12 @@ def saved(tmp_path_factory):
                 "optimizer": torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9).state_dict()}
     torch.save(official, root / OFFICIAL)
     os.link(root / OFFICIAL, root / "renamed.pth")
-    # DeepSpeed: step 1 (other weights), step 2 (these; with a pickled object, as DeepSpeed's fp16 loss
-    # scaler is), step 3 complete but newer than latest (other weights), latest -> step 2; without latest,
+    # DeepSpeed: step 1 (other weights), step 2 (these; with a pickled DeepSpeed object, an fp16 ZeRO run's
+    # loss scaler), step 3 complete but newer than latest (other weights), latest -> step 2; without latest,
     # the newest complete tag counts: step 2 when step 3 is incomplete (though its file is the newest)
     ck = root / "run" / "checkpoints"
     _tag(ck / "step00000001", _ds_states(other, model.config))
-    f2 = _tag(ck / "step00000002", _ds_states(ref, model.config, loss_scaler=argparse.Namespace(cur_scale=65536.0)))
+    f2 = _tag(ck / "step00000002", _ds_states(ref, model.config, loss_scaler=_loss_scaler()))
     f3 = _tag(ck / "step00000003", _ds_states(other, model.config))
     (ck / "latest").write_text("step00000002")
     _tag(root / "nolatest" / "step00000001", link=ck / "step00000001" / "mp_rank_00_model_states.pt")
@@ -133,19 +141,22 @@ def test_every_kind_reads_the_same_tensors(saved, name, rel, overrides, source, 
     assert c.class_names == (NAMES if has_names else None)
 
 
-def test_weights_only_reads_exports_and_official_files_deepspeed_alone_falls_back(saved, tmp_path):
+def test_weights_only_with_deepspeeds_classes_allowlisted_others_refused(saved, tmp_path):
     root = saved["root"]
     for f in ("run/best_model.pt", OFFICIAL):   # plain dicts of tensors / str / int / float: no pickled code
         obj = torch.load(root / f, weights_only=True)
         assert isinstance(obj["state_dict"], dict) and len(obj["state_dict"]) == len(saved["ref"])
-    with pytest.raises(Exception, match="argparse.Namespace"):   # DeepSpeed's own file pickles objects
+    with pytest.raises(Exception, match="DynamicLossScaler"):   # DeepSpeed's own file pickles its objects
         torch.load(root / "run" / TAG2, weights_only=True)
-    assert read_checkpoint(root / "run").source == "deepspeed"
-    # the same content outside a DeepSpeed directory is not unpickled
-    torch.save(torch.load(root / "run" / TAG2, weights_only=False), tmp_path / "states.pt")
-    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'states.pt'} holds Python objects besides tensors, "
-                                                   "numbers, strings and containers (argparse.Namespace)")):
-        read_checkpoint(tmp_path / "states.pt")
+    assert read_checkpoint(root / "run").source == "deepspeed"   # allowlisted (tsm_ds.engine.safe_load)
+    # any other object is refused, whatever the file's name, unless trusted
+    states = torch.load(root / "run" / TAG2, weights_only=False)
+    for name in ("states.pt", "mp_rank_00_model_states.pt"):
+        torch.save({**states, "loss_scaler": argparse.Namespace(cur_scale=65536.0)}, tmp_path / name)
+        with pytest.raises(ValueError, match=re.escape(f"{tmp_path / name} asks to unpickle argparse.Namespace, which "
+                                                       "tsm_ds does not load from a checkpoint") + ".*--trust-checkpoint"):
+            read_checkpoint(tmp_path / name)
+    _assert_same(read_checkpoint(tmp_path / name, trust=True).state_dict, saved["ref"])   # unpickled in full
 
 
 @pytest.mark.parametrize("rel,overrides,source", [

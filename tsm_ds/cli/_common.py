@@ -21,14 +21,15 @@ def model_overrides(cfg: Config) -> dict:
 def load_from_config(cfg: Config, prog: str) -> tuple[LoadedModel | None, int | None]:
     """Load ``cfg.checkpoint.checkpoint`` for a command-line tool (predict, export).
 
-    Applies ``--labels`` and the model overrides. Returns ``(loaded model, crop side to run at)``
+    Applies ``--labels``, ``--trust-checkpoint`` and the model overrides. Returns ``(loaded model, crop side to run at)``
     (:func:`resolve_img_size`), or ``(None, None)`` after printing ``"{prog}: <reason>"`` to stderr
     for a missing, unreadable or mismatched checkpoint.
     """
     from tsm_ds.models.weights import CheckpointError
 
     try:
-        loaded = load_for_inference(cfg.checkpoint.checkpoint, labels=cfg.checkpoint.labels, **model_overrides(cfg))
+        loaded = load_for_inference(cfg.checkpoint.checkpoint, labels=cfg.checkpoint.labels,
+                                    trust=cfg.checkpoint.trust_checkpoint, **model_overrides(cfg))
     except (FileNotFoundError, ValueError, CheckpointError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return None, None

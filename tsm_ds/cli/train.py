@@ -203,6 +203,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     import torch
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
     from tsm_ds.engine.guard import EXIT_DIVERGED, DivergenceError, GuardSettings
+    from tsm_ds.engine.safe_load import UntrustedCheckpointError
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.engine.config import ConfigError, load_config, resolve_recipe
     try:
@@ -241,7 +242,8 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         try:
             # an official file whose name says nothing is read with this run's model options
             opts = {k: v for k, v in m.build_options().items() if k != "partial_bn"}
-            rep = load_finetune_weights(model, m.tune_from, official_overrides={"arch": m.arch, **opts})
+            rep = load_finetune_weights(model, m.tune_from, official_overrides={"arch": m.arch, **opts},
+                                        trust=cfg.checkpoint.trust_checkpoint)
         except (FileNotFoundError, ValueError, RuntimeError) as e:
             log.error("--tune-from %s: %s", m.tune_from, e)
             return 2
@@ -267,7 +269,8 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
                              stop_signals=() if dist_cfg.stop_signal.lower() == "none"
                              else (dist_cfg.stop_signal.upper(),),
                              step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
-                             channels_last=m.channels_last, compile=m.compile)
+                             channels_last=m.channels_last, compile=m.compile,
+                             trust_checkpoint=cfg.checkpoint.trust_checkpoint)
     if dbg.inject_signal_at_step is not None and settings.stop_signals:   # test hook (see the field)
         import signal as _signal
 
@@ -300,7 +303,8 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         if trainer.rank == 0:
             log.warning("%s", e)
         return EXIT_PREEMPTED
-    except (CheckpointResumeError, FileNotFoundError) as e:   # --resume: a damaged or missing checkpoint
+    except (CheckpointResumeError, UntrustedCheckpointError, FileNotFoundError) as e:   # --resume: a damaged,
+        # missing or foreign (asks to unpickle code) checkpoint
         if trainer.rank == 0:
             log.error("%s", e)
         return 2

@@ -13,7 +13,8 @@ __all__ = ["TRAIN", "PLAN", "EVAL", "PREDICT", "EXPORT", "MODELS", "CHECKPOINT_M
 
 #: ``tsm_ds.train`` (what the deepspeed launcher starts on every rank): every section of a run
 TRAIN = Command(prog="tsm_ds.train", description="Train TSM with DeepSpeed (tsm_ds.cli.train).",
-                sections=TRAIN_SECTIONS, exclude=("model.num_classes",), use_env=True)
+                sections=TRAIN_SECTIONS, fields=("checkpoint.trust_checkpoint",), exclude=("model.num_classes",),
+                use_env=True)
 
 #: model fields of a checkpoint that a checkpoint command may override (default None = "what the
 #: checkpoint or its official file name says")

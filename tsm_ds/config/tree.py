@@ -208,6 +208,11 @@ class CheckpointConfig:
                                  "official TSM .pth")
     labels: str | None = opt(None, "label map, one class name a line (e.g. kinetics400_labels.txt); needed for "
                              "official checkpoints, overrides the checkpoint's names")
+    trust_checkpoint: bool = opt(False, "load a checkpoint file that weights-only loading refuses (it asks to "
+                                 "unpickle a class or function besides tensors and the DeepSpeed classes tsm_ds's "
+                                 "recipes save) with full unpickling, which runs any code the file holds: only for "
+                                 "checkpoints whose origin you know (--tune-from, --resume, eval, predict, export)",
+                                 record=False)
 
 
 @dataclass

@@ -23,6 +23,11 @@ Resuming checks a tag's files against its manifest before loading (:meth:`Checkp
 a newest checkpoint that was truncated or corrupted after it was completed is skipped with a
 warning, and ``--resume auto`` falls back to the previous complete one. Computing the manifest
 reads the files back once (CRC-32, about 1 GB/s; the files are still in the page cache).
+
+Resuming never runs code from the files (:mod:`tsm_ds.engine.safe_load`): every ``*.pt`` of the tag
+is first loaded weights-only (a file asking for a global outside the allowlist is refused, naming
+it), then DeepSpeed's ``load_checkpoint`` runs with its ``torch.load`` calls forced weights-only,
+and the ``rank*.pt`` files are read weights-only; ``trust=True`` (``--trust-checkpoint``) lifts that.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import torch.distributed as dist
 
 from tsm_ds.engine.checkpoint_reader import COMPLETE, CheckpointContents, read_checkpoint  # noqa: F401 (re-exported)
 from tsm_ds.engine.checkpoint_reader import wrapper_mismatch_cause
+from tsm_ds.engine.safe_load import check_files, load_file, weights_only_loading
 from tsm_ds.models.official import NotOfficialNameError
 from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
 
@@ -115,12 +121,16 @@ class CheckpointManager:
             a shared filesystem).
         keep_last: complete checkpoints kept besides the best (>= 1).
         rank, world_size: this process's data-parallel rank and the world size.
+        trust: :meth:`load` unpickles in full what weights-only loading refuses, after a warning
+            (``--trust-checkpoint``); by default such a checkpoint is refused.
     """
 
-    def __init__(self, ckpt_dir: str | Path, *, keep_last: int = 2, rank: int = 0, world_size: int = 1):
+    def __init__(self, ckpt_dir: str | Path, *, keep_last: int = 2, rank: int = 0, world_size: int = 1,
+                 trust: bool = False):
         self.dir = Path(ckpt_dir)
         self.keep_last = max(1, int(keep_last))
         self.rank, self.world = rank, world_size
+        self.trust = bool(trust)
         if rank == 0:
             self.dir.mkdir(parents=True, exist_ok=True)
         _barrier()
@@ -312,25 +322,34 @@ class CheckpointManager:
             other_world: accept a checkpoint written by another world size: the engine state is
                 loaded, the per-rank state is not (None); :func:`tsm_ds.engine.reshard.load` builds it.
 
+        Every file is loaded weights-only (module docstring); the files of the tag are checked
+        first on every rank, so that all ranks refuse alike, naming the file.
+
         Returns:
             (client_state, rank_state).
 
         Raises:
             CheckpointResumeError: the checkpoint was written by another world size and
-            ``other_world`` is false (its per-rank data positions would not match).
+                ``other_world`` is false (its per-rank data positions would not match).
+            tsm_ds.engine.safe_load.UntrustedCheckpointError: (without ``trust``) a file of the tag
+                asks to unpickle a global outside the allowlist; the message names the file, the
+                global and ``--trust-checkpoint``.
         """
-        meta = json.loads((self.dir / tag / COMPLETE).read_text())
+        tag_dir = self.dir / tag
+        meta = json.loads((tag_dir / COMPLETE).read_text())
         if int(meta["world_size"]) != self.world and not other_world:
-            raise CheckpointResumeError(f"checkpoint {self.dir / tag} was written by {meta['world_size']} ranks, this run "
+            raise CheckpointResumeError(f"checkpoint {tag_dir} was written by {meta['world_size']} ranks, this run "
                                f"has {self.world}: resume with the same number of ranks, or start a new run "
-                               f"with --tune-from {self.dir / tag}")
-        path, client = engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
-                                              load_lr_scheduler_states=True)
+                               f"with --tune-from {tag_dir}")
+        check_files(sorted(tag_dir.rglob("*.pt")), trust=self.trust)
+        with weights_only_loading(tag_dir, trust=self.trust):
+            path, client = engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
+                                                  load_lr_scheduler_states=True)
         if path is None:
-            raise RuntimeError(f"DeepSpeed could not load checkpoint {self.dir / tag}")
+            raise RuntimeError(f"DeepSpeed could not load checkpoint {tag_dir}")
         if int(meta["world_size"]) != self.world:
             return dict(client or {}), None   # rank*.pt belong to the old ranks
-        rank_state = torch.load(self.dir / tag / f"rank{self.rank:05d}.pt", weights_only=False)
+        rank_state = load_file(tag_dir / f"rank{self.rank:05d}.pt", trust=self.trust)
         return dict(client or {}), rank_state
 
 
@@ -357,7 +376,7 @@ def export_model(path: str | Path, module: torch.nn.Module, *, class_names: list
 
 
 def load_finetune_weights(model: torch.nn.Module, path: str | Path, *,
-                          official_overrides: dict | None = None) -> dict:
+                          official_overrides: dict | None = None, trust: bool = False) -> dict:
     """Load weights for fine-tuning (``--tune-from``); the classifier is skipped when shapes differ.
 
     Accepts every kind :func:`read_checkpoint` reads (:mod:`tsm_ds.engine.checkpoint_reader`): our
@@ -369,6 +388,8 @@ def load_finetune_weights(model: torch.nn.Module, path: str | Path, *,
     Args:
         model: the freshly built model to fine-tune (loaded in place).
         path: the checkpoint.
+        trust: load what weights-only loading refuses with full unpickling, after a warning
+            (``--trust-checkpoint``; see :func:`read_checkpoint`).
 
     Returns:
         ``{"loaded": n, "skipped": [keys with another shape (the head when the class count
@@ -377,15 +398,16 @@ def load_finetune_weights(model: torch.nn.Module, path: str | Path, *,
 
     Raises:
         FileNotFoundError, ValueError, tsm_ds.models.weights.CheckpointError: from
-        :func:`read_checkpoint` (missing path, not a checkpoint, ...; the message names the file).
+        :func:`read_checkpoint` (missing path, not a checkpoint, a file that asks to unpickle code:
+        :class:`~tsm_ds.engine.safe_load.UntrustedCheckpointError`, ...; the message names the file).
         RuntimeError: a non-head parameter is missing (wrong arch).
     """
     try:
-        contents = read_checkpoint(path)   # a file that says what it is: read as it says
+        contents = read_checkpoint(path, trust=trust)   # a file that says what it is: read as it says
     except NotOfficialNameError:
         if not official_overrides:
             raise
-        contents = read_checkpoint(path, official_overrides=official_overrides)   # a renamed official file
+        contents = read_checkpoint(path, official_overrides=official_overrides, trust=trust)   # a renamed official file
     source = {"deepspeed": "DeepSpeed checkpoint", "official": "official TSM checkpoint"}.get(
         contents.source, "tsm_ds export" if contents.model_config else "state dict")
     own = model.state_dict()

@@ -14,28 +14,30 @@ export), so that both accept the same paths and read them the same way. Kinds (`
   ZeRO-1/2: it holds the whole module) or ``zero_pp_rank_0_mp_rank_00_model_states.pt`` (ZeRO-3: the
   parameters are partitioned; they are consolidated from every rank's ``*_optim_states.pt`` by
   DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``). DeepSpeed merges the trainer's client
-  state (``model_config``, ``class_names``, ``img_size``) into that file. Read with
-  ``weights_only=True`` first; when DeepSpeed pickled Python objects into it (an fp16 loss scaler,
-  an lr-scheduler or config object, depending on the recipe and the DeepSpeed version) again with
-  ``weights_only=False``. That fallback exists for DeepSpeed model-states files only (a file named
-  ``*mp_rank_*_model_states.pt`` in a directory); the ZeRO-3 shards are read by DeepSpeed with
-  ``weights_only=False``. Point it only at checkpoints you (your trainer) wrote.
+  state (``model_config``, ``class_names``, ``img_size``) into that file. The ZeRO-3 shards are read
+  by DeepSpeed inside :func:`tsm_ds.engine.safe_load.weights_only_loading`, which makes its
+  ``torch.load`` calls weights-only too.
 * ``"official"``: an official TSM checkpoint (mit-han-lab/temporal-shift-module, ``main.py``:
   ``{"epoch", "arch", "state_dict", "optimizer", "best_prec1"}`` with ``module.base_model.*`` keys;
   or the online demo's ``mobilenetv2_jester_online.pth.tar``, a plain state dict with ``features.*``
   / ``classifier.*`` keys). The model options come from the file name (any suffix, or the
   ``store_name`` directory of ``ckpt.best.pth.tar``:
   :func:`tsm_ds.models.official.parse_official_name`) and the ``official_overrides``.
-  Read with ``weights_only=True`` (:func:`tsm_ds.models.weights.read_state_dict`), keys converted to
-  ours by :func:`tsm_ds.models.official.load_official_checkpoint`, which also checks that every key
+  Read with ``weights_only=True`` and no allowlist (:func:`tsm_ds.models.weights.read_state_dict`),
+  keys converted to ours by :func:`tsm_ds.models.official.load_official_checkpoint`, which also checks that every key
   fits the model the name describes.
+
+Trust (:mod:`tsm_ds.engine.safe_load`): every file is loaded with ``torch.load(weights_only=True)``
+and the allowlist :data:`~tsm_ds.engine.safe_load.SAFE_GLOBALS` (the DeepSpeed and numpy classes
+our own checkpoints hold), so loading never runs code from the file. A file that asks for anything
+else is refused with :class:`~tsm_ds.engine.safe_load.UntrustedCheckpointError` (file, global,
+``--trust-checkpoint``); ``trust=True`` loads it with full unpickling after a warning.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import os
-import pickle
 import re
 import warnings
 from dataclasses import dataclass
@@ -43,6 +45,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+
+from tsm_ds.engine.safe_load import UntrustedCheckpointError, check_files, load_file, weights_only_loading
 
 #: DeepSpeed's model-states file of a tag directory: without ZeRO / ZeRO-1/2, and ZeRO-3
 MODEL_STATES = "mp_rank_00_model_states.pt"
@@ -82,14 +86,13 @@ class CheckpointContents:
     path: Path
 
 
-def read_checkpoint(path: str | os.PathLike, *,
-                    official_overrides: Mapping[str, Any] | None = None) -> CheckpointContents:
+def read_checkpoint(path: str | os.PathLike, *, official_overrides: Mapping[str, Any] | None = None,
+                    trust: bool = False) -> CheckpointContents:
     """Read any checkpoint tsm_ds accepts (the kinds are in the module docstring).
 
-    ``torch.load`` runs with ``weights_only=True`` for exports, state dicts and official files; a
-    DeepSpeed model-states file is tried with ``weights_only=True`` and read with
-    ``weights_only=False`` when DeepSpeed pickled objects into it (ZeRO-3 shards are read by
-    DeepSpeed, also with ``weights_only=False``): directories are for your own runs only.
+    Every ``torch.load`` (ours and DeepSpeed's, ZeRO-3 shards included) runs with
+    ``weights_only=True`` and the allowlist of :mod:`tsm_ds.engine.safe_load`: reading never runs
+    code from the file.
 
     Args:
         path: a file (our export, a state dict, an official ``.pth``, a DeepSpeed model-states
@@ -104,6 +107,10 @@ def read_checkpoint(path: str | os.PathLike, *,
             ``features.*`` / ``classifier.*`` keys is read as an official checkpoint whose name no
             longer says its options (``num_classes`` defaults to its classifier's rows). Other
             kinds ignore them (their ``model_config`` is returned as recorded).
+        trust: a file that asks to unpickle anything outside the allowlist is loaded with full
+            unpickling (``weights_only=False``) after a warning, instead of refused
+            (``--trust-checkpoint``; only for checkpoints whose origin you know). Official files are
+            always read weights-only.
 
     Returns:
         :class:`CheckpointContents`.
@@ -111,24 +118,27 @@ def read_checkpoint(path: str | os.PathLike, *,
     Raises:
         FileNotFoundError: no such path; a directory without a DeepSpeed checkpoint; ``latest``
             naming a tag that is gone.
+        tsm_ds.engine.safe_load.UntrustedCheckpointError: (a ValueError) without ``trust``, a file
+            that asks to unpickle a global outside the allowlist (it could run code): the message
+            names the file, the global and ``--trust-checkpoint``.
         ValueError: a file that is not a checkpoint (not a PyTorch file, not a dict, no state
-            dict in it, Python objects that ``weights_only=True`` refuses outside DeepSpeed's own
-            file); an official name with an unsupported variant; ZeRO-3 shards DeepSpeed cannot
-            consolidate. Every message names the file.
+            dict in it, a DeepSpeed file without the model's state dict); an official name with an
+            unsupported variant; ZeRO-3 shards DeepSpeed cannot consolidate. Every message names
+            the file.
         tsm_ds.models.weights.CheckpointError: an official file that torch cannot read, or whose
             keys do not fit the model its name describes (the message lists the keys).
     """
     p = Path(path)
     if p.is_dir():
-        return _read_deepspeed(_model_states_file(p))
+        return _read_deepspeed(_model_states_file(p), trust=trust)
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint {p} not found (expected {_KINDS})")
     if p.name in (MODEL_STATES, ZERO3_MODEL_STATES):
-        return _read_deepspeed(p)
+        return _read_deepspeed(p, trust=trust)
     overrides = dict(official_overrides or {})
     if _has_official_name(p):
         return _read_official(p, overrides)
-    payload = _load_weights_only(p)
+    payload = _load_any(p, trust=trust)
     if not isinstance(payload, dict):
         raise ValueError(f"{p} is not a checkpoint: it holds a {type(payload).__name__}, expected a dict "
                          "(a tsm_ds export {'state_dict', 'model_config', 'class_names'}, a state dict, or an "
@@ -247,17 +257,16 @@ def _torch_error(e: Exception) -> str:
     return f"{type(e).__name__}: {line[:200]}"
 
 
-def _load_weights_only(path: Path) -> Any:
-    """``torch.load(weights_only=True)`` of a file whose origin is unknown; ValueError naming it."""
+def _load_any(path: Path, *, trust: bool) -> Any:
+    """A file that is not DeepSpeed's, loaded weights-only (:func:`tsm_ds.engine.safe_load.load_file`).
+
+    Raises UntrustedCheckpointError (a global outside the allowlist, without ``trust``), ValueError
+    naming the file for anything else torch cannot read."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return load_file(path, trust=trust)
+    except UntrustedCheckpointError:
+        raise
     except Exception as e:  # noqa: BLE001 - torch raises many types for foreign / damaged files
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        if found:
-            raise ValueError(
-                f"{path} holds Python objects besides tensors, numbers, strings and containers "
-                f"({found.group(1)}), which tsm_ds does not unpickle from a checkpoint file (torch.load "
-                f"weights_only=True); expected {_KINDS}") from e
         raise ValueError(f"{path} is not a PyTorch checkpoint or is damaged ({_torch_error(e)}); "
                          f"expected {_KINDS}") from e
 
@@ -332,16 +341,13 @@ def _model_states_file(d: Path) -> Path:
     return _states_in(pick)
 
 
-def _load_deepspeed_states(f: Path) -> dict:
-    """Read DeepSpeed's model-states file: weights_only=True, else (objects pickled by DeepSpeed)
-    weights_only=False; this file is the trainer's own output."""
+def _load_deepspeed_states(f: Path, *, trust: bool) -> dict:
+    """Read DeepSpeed's model-states file weights-only (:func:`tsm_ds.engine.safe_load.load_file`);
+    UntrustedCheckpointError as it comes, ValueError naming the file for anything else."""
     try:
-        try:
-            states = torch.load(f, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            if "Weights only load failed" not in str(e):
-                raise
-            states = torch.load(f, map_location="cpu", weights_only=False)
+        states = load_file(f, trust=trust)
+    except UntrustedCheckpointError:
+        raise
     except Exception as e:  # noqa: BLE001 - torch raises many types for damaged files
         raise ValueError(f"cannot read DeepSpeed checkpoint file {f} ({_torch_error(e)}); it is truncated "
                          "or damaged: pass another tag directory or the run's exported best_model.pt") from e
@@ -351,29 +357,43 @@ def _load_deepspeed_states(f: Path) -> dict:
     return states
 
 
-def _zero3_state_dict(tag_dir: Path) -> dict:
-    """Consolidated fp32 state dict of a ZeRO-3 tag (DeepSpeed's ``zero_to_fp32``)."""
+def _zero3_state_dict(tag_dir: Path, *, trust: bool) -> dict:
+    """Consolidated fp32 state dict of a ZeRO-3 tag (DeepSpeed's ``zero_to_fp32``), every file it
+    reads loaded weights-only (checked first, so that a refusal names the file)."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
+    check_files(sorted(tag_dir.glob("*_model_states.pt")) + sorted(tag_dir.glob("*_optim_states.pt")), trust=trust)
     try:
         # it prints its progress (and tqdm bars on stderr): not for our users
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                weights_only_loading(tag_dir, trust=trust):
             return get_fp32_state_dict_from_zero_checkpoint(str(tag_dir.parent), tag=tag_dir.name)
+    except UntrustedCheckpointError:
+        raise
     except (OSError, ValueError, RuntimeError, KeyError, IndexError) as e:
         raise ValueError(f"ZeRO-3 checkpoint {tag_dir}: DeepSpeed could not consolidate the partitioned parameters "
                          f"({type(e).__name__}: {e}); every rank's *_optim_states.pt must be in that directory") from e
 
 
-def _read_deepspeed(f: Path) -> CheckpointContents:
-    states = _load_deepspeed_states(f)
+def _read_deepspeed(f: Path, *, trust: bool = False) -> CheckpointContents:
+    states = _load_deepspeed_states(f, trust=trust)
     client = states.get("client_state") if isinstance(states.get("client_state"), dict) else {}
 
     def recorded(key: str) -> Any:   # DeepSpeed merges the client state into the top level
         return states[key] if states.get(key) is not None else client.get(key)
 
     module = states.get("module")
-    # ZeRO-3 saves the module with empty parameter placeholders: the values are in the shards
-    state = _zero3_state_dict(f.parent) if f.name == ZERO3_MODEL_STATES or not module else module
+    # ZeRO-3 (its own file name) saves the module with empty parameter placeholders: the values are in
+    # the shards. Any other file must hold the state dict itself: never sent to the ZeRO-3 reader.
+    if f.name == ZERO3_MODEL_STATES:
+        state = _zero3_state_dict(f.parent, trust=trust)
+    elif isinstance(module, Mapping) and module:
+        state = module
+    else:
+        what = "an empty dict" if isinstance(module, Mapping) else f"a {type(module).__name__}"
+        raise ValueError(f"{f} is not a DeepSpeed model-states file of a whole model: its 'module' entry is {what}, "
+                         "expected the model's state dict; pass another tag directory or the run's exported "
+                         "best_model.pt")
     config = recorded("model_config")
     return CheckpointContents(state_dict=_plain(state, f), model_config=dict(config) if config else None,
                               class_names=_names(recorded("class_names"), f),

@@ -92,6 +92,9 @@ class TrainSettings:
             stacks to ``<run>/stacks/`` and exit with status 6; 0 turns a limit off.
         channels_last: feed the clips channels-last per frame (:mod:`tsm_ds.engine.model_prep`).
         compile: ``torch.compile`` the module through DeepSpeed's ``engine.compile()``.
+        trust_checkpoint: ``resume`` (and rollbacks) unpickle in full what weights-only loading
+            refuses, after a warning (``--trust-checkpoint``); by default such a checkpoint is refused
+            (:mod:`tsm_ds.engine.safe_load`).
     """
     run_dir: Path
     epochs: int = 50
@@ -121,6 +124,7 @@ class TrainSettings:
     startup_timeout: float = 3600.0
     channels_last: bool = False
     compile: bool = False
+    trust_checkpoint: bool = False
 
     def __post_init__(self):
         if self.on_divergence not in ("stop", "rollback"):

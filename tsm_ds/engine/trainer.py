@@ -169,7 +169,7 @@ class Trainer:
             self.train_set, self.val_set, micro=self.micro, world=self.world, rank=self.rank, seed=s.seed,
             num_workers=s.num_workers, eval_batch_size=s.eval_batch_size)
         self.ckpt = CheckpointManager(s.run_dir / "checkpoints", keep_last=s.keep_last, rank=self.rank,
-                                      world_size=self.world)
+                                      world_size=self.world, trust=s.trust_checkpoint)
         self.writer = ScalarWriter(tb_dir / "tsm_ds", enabled=self.rank == 0)
         self.bad = BadVideoTracker(self.train_set, rank=self.rank, world_size=self.world)   # distinct files, once
         num_classes = len(s.class_names) or int((getattr(self.model, "config", None) or {}).get("num_classes", 2))

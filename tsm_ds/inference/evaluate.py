@@ -132,8 +132,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
              root: str | None = None, split: str | None = None, val_fraction: float = 0.2, num_clips: int = 1,
              num_crops: int = 1, sampling: str | None = None, full_res: bool | None = None, resize: str = "box",
              img_size: int | None = None, average: str = "logits", batch_size: int = 1, workers: int = 0,
-             max_clips: int | None = None, plot: bool = True, log: Callable[[str], None] | None = None
-             ) -> dict | None:
+             max_clips: int | None = None, plot: bool = True, trust: bool = False,
+             log: Callable[[str], None] | None = None) -> dict | None:
     """Evaluate a checkpoint on videos with a multi-view test protocol (``tsm-ds eval``; the options
     are the fields of the ``checkpoint``, ``views`` and ``eval`` sections of :mod:`tsm_ds.config.tree`).
 
@@ -148,6 +148,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
         batch_size: videos per rank per step; workers: DataLoader workers; max_clips: clips per
             model call (None: all views of a batch at once).
         plot: write confusion.png; log: rank 0's progress lines (default: the ``tsm_ds.inference`` logger).
+        trust: load a checkpoint that needs more than the weights-only allowlist with full unpickling
+            (``--trust-checkpoint``; :func:`load_for_inference`).
 
     Returns:
         the metrics dict on rank 0 (also written to ``out``), None on other ranks.
@@ -167,7 +169,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
     rank, world = init_distributed(require_group=False)
     protocol = view_protocol(num_clips, num_crops, sampling, full_res=full_res, resize=resize)
     overrides = dict(overrides or {})
-    loaded = load_for_inference(checkpoint, labels=labels, **overrides)
+    loaded = load_for_inference(checkpoint, labels=labels, trust=trust, **overrides)
     if torch.cuda.is_available():
         loaded.model.cuda()
     num_segments = int(loaded.config.get("num_segments", overrides.get("num_segments") or 8))

@@ -71,7 +71,7 @@ def _build(config: dict, overrides: dict) -> torch.nn.Module:
     return build_model(**cfg)
 
 
-def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
+def load_for_inference(path: str | os.PathLike, *, labels: str | None = None, trust: bool = False,
                        **overrides: Any) -> LoadedModel:
     """Load any checkpoint the tools accept, as an eval-mode float32 model on CPU.
 
@@ -81,11 +81,13 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
             (``weights_only=True``); (2) a DeepSpeed directory: a run directory, its
             ``checkpoints/`` (the tag ``latest`` names), a tag directory (ZeRO-3 shards are
             consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``), whose client
-            state carries ``model_config`` and ``class_names`` (DeepSpeed's own file may need
-            ``weights_only=False``: see the reader); (3) an official TSM checkpoint (options from the
-            official file name, or from ``overrides`` with arch= and num_classes= for a renamed file;
-            ``weights_only=True``).
+            state carries ``model_config`` and ``class_names`` (weights-only, with the DeepSpeed
+            classes of :data:`tsm_ds.engine.safe_load.SAFE_GLOBALS`); (3) an official TSM checkpoint
+            (options from the official file name, or from ``overrides`` with arch= and num_classes=
+            for a renamed file; ``weights_only=True``).
         labels: label-map file; overrides the checkpoint's class names (needed for official files).
+        trust: load a file that weights-only loading refuses with full unpickling, after a warning
+            (``--trust-checkpoint``; only for checkpoints whose origin you know).
         **overrides: ``build_model`` arguments to change, e.g. ``num_segments=16`` (TSM weights do
             not depend on T) or ``shift="online"`` (a bidirectional checkpoint run uni-directionally
             is a different model: only for checkpoints trained online).
@@ -95,6 +97,9 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
 
     Raises:
         FileNotFoundError: no such file/directory, or a directory without a DeepSpeed checkpoint.
+        tsm_ds.engine.safe_load.UntrustedCheckpointError: (a ValueError) without ``trust``, a file
+            that asks to unpickle a global outside the allowlist (could run code); names the file,
+            the global and ``--trust-checkpoint``.
         ValueError: not a checkpoint (the message names the file), no ``model_config`` to rebuild
             the model from, an ``i3d_resnet50`` checkpoint of the old (pre-issue-18) layout
             (:func:`tsm_ds.models.registry.check_checkpoint_config`), or class names that do not
@@ -108,7 +113,7 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None,
     from tsm_ds.engine.checkpoint_reader import read_checkpoint, wrapper_mismatch_cause
     from tsm_ds.models.weights import CheckpointError, load_exact
 
-    contents = read_checkpoint(path, official_overrides=overrides)
+    contents = read_checkpoint(path, official_overrides=overrides, trust=trust)
     if not contents.model_config:
         raise ValueError(
             f"{contents.path}: no 'model_config' recorded with the weights: the model cannot be rebuilt; "

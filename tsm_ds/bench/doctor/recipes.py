@@ -7,8 +7,10 @@ temporary folder) on synthetic clips, with a small model: ``recipe_arch`` (resne
 num_segments, 64 px on CPU / 112 px on CUDA, micro-batch 2 per rank: a smoke test, not a benchmark.
 Statuses per recipe (rows):
 
-- ``ok``: the steps ran; the last step's loss, the seconds per step after the first (``s_per_step``,
-  ``clips_per_s`` over all ranks) and the whole run's ``seconds`` (engine set-up included) are reported;
+- ``ok``: the steps ran and the checkpoint written at the end loads weights-only, as ``--resume``
+  and the checkpoint readers load it (:mod:`tsm_ds.engine.safe_load`); the last step's loss, the
+  seconds per step after the first (``s_per_step``, ``clips_per_s`` over all ranks) and the whole
+  run's ``seconds`` (engine set-up included) are reported;
 - ``refused``: the engine JSON was refused before the first step (the message, which names the key
   and the fix, is the row's ``message``): a refusal is an answer, not a failure;
 - ``not run``: meant for the other device; resolved and validated for this one (a refusal is
@@ -16,7 +18,10 @@ Statuses per recipe (rows):
 - ``resolved``: ``gpu_kinetics_1536`` is resolved at its world size of 1,536 ranks only (its fixed
   global batch of 12,288 clips at 8 per GPU cannot run on fewer ranks): micro-batch, accumulation
   and the lr the linear rule gives;
-- ``failed``: anything else raised (the exception); the section fails and the command exits 1.
+- ``failed``: anything else raised (the exception), or the recipe's checkpoint asks to unpickle a
+  global outside :data:`tsm_ds.engine.safe_load.SAFE_GLOBALS` (every later ``--resume`` and
+  read of it would be refused without ``--trust-checkpoint``: the allowlist needs that entry);
+  the section fails and the command exits 1.
 """
 from __future__ import annotations
 
@@ -92,13 +97,22 @@ def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
     except ConfigError as e:
         return {"status": "refused", "message": str(e)}
     dt = time.perf_counter() - t0
+    from tsm_ds.engine.safe_load import UntrustedCheckpointError, check_files
+
+    tag = tr.ckpt.latest_tag()
+    try:   # the files --resume and the readers will load, as they load them
+        check_files(sorted((tr.ckpt.dir / tag).rglob("*.pt")) if tag else [])
+    except UntrustedCheckpointError as e:
+        return {"status": "failed", "steps": tr.global_step, "seconds": dt,
+                "message": f"its checkpoint does not load weights-only: {e}"}
     loss = (getattr(tr, "last_metrics", None) or {}).get("train/loss")
     # steps after the first (engine set-up, first-step allocations and op builds are not in it)
     per = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else None
     return {"status": "ok", "steps": tr.global_step, "loss": loss, "seconds": dt, "s_per_step": per,
             "clips_per_s": tr.micro * ctx.world / per if per else None,
             "message": (f"{tr.global_step} steps, micro-batch {tr.micro} x {ctx.world} rank(s), {img} px, "
-                        f"loss {loss:.3f}" if loss is not None else f"{tr.global_step} steps")}
+                        f"loss {loss:.3f}" if loss is not None else f"{tr.global_step} steps")
+            + (", checkpoint loads weights-only" if tag else "")}
 
 
 def _validate(name: str, raw: dict, device: str, world: int) -> dict[str, Any]:
