@@ -116,8 +116,8 @@ def test_installed_train_two_steps_outside_the_repo(installed):
 
     (cfg_file,) = runs.glob("*/config.json")
     cfg = json.loads(cfg_file.read_text())
-    recipe = Path(cfg["flags"]["deepspeed_config"])
-    assert recipe.resolve() == site / "tsm_ds" / "ds_configs" / "cpu_fp32.json", cfg["flags"]
+    recipe = Path(cfg["run"]["deepspeed_config"])
+    assert recipe.resolve() == site / "tsm_ds" / "ds_configs" / "cpu_fp32.json", cfg["run"]
     result = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT ")).split(" ", 1)[1])
     assert result["steps"] == 2, result
     # --index-cache (the flag behind TSM_DS_INDEX_CACHE) reached the loader: one index file per clip read

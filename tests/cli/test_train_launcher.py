@@ -68,7 +68,7 @@ def test_launcher_two_ranks_checkpoint_resume_tensorboard(shared_data, tmp_path)
     assert {p.name for p in (ck / "step00000002").glob("rank*.pt")} == {"rank00000.pt", "rank00001.pt"}
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["world_size"] == 2 and cfg["resolved_ds_config"]["train_batch_size"] == 2
-    assert cfg["flags"]["arch"] == "resnet18" and cfg["engine_json"]["optimizer"]["params"]["lr"] == "auto"
+    assert cfg["config"]["model"]["arch"] == "resnet18" and cfg["engine_json"]["optimizer"]["params"]["lr"] == "auto"
     assert cfg["resolved_ds_config"]["optimizer"]["params"]["lr"] == 0.01
     assert {g["name"]: g["lr"] for g in cfg["param_groups"]}["fc_weight"] == pytest.approx(0.05)
     if not torch.cuda.is_available():
