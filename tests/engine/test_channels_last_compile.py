@@ -111,11 +111,12 @@ def _run_scenario(sc: dict) -> None:
                  load_config(REPO / "ds_configs" / f"{sc['recipe']}.json"),
                  settings, param_groups=groups)
     tr.fit()
-    mod = tr.engine.module
+    mod = tr.parts.engine.module
     torch.save({"params": {k: v.detach().float().clone() for k, v in mod.named_parameters()},
-                "init": {k: v.float() for k, v in init.items()}, "seen_cl": seen, "compiled": bool(tr.engine.is_compiled),
-                "bare": type(mod).__name__, "step": tr.global_step, "bad": tr.bad.state_dict(),
-                "bad_metrics": [tr.last_metrics["data/bad_videos"], tr.last_metrics["data/bad_video_encounters"]]},
+                "init": {k: v.float() for k, v in init.items()}, "seen_cl": seen, "compiled": bool(tr.parts.engine.is_compiled),
+                "bare": type(mod).__name__, "step": tr.state.step, "bad": tr.parts.bad.state_dict(),
+                "bad_metrics": [tr.state.last_metrics["data/bad_videos"],
+                                tr.state.last_metrics["data/bad_video_encounters"]]},
                Path(sc["out"]) / f"{sc['name']}_rank{dist.get_rank()}.pt")
 
 

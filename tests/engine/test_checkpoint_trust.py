@@ -281,7 +281,7 @@ def _worker(spec: dict) -> None:
             Trainer(model(), Clips(8, size), None, _engine_json(name), settings(max_steps=2)).fit()
             tr = Trainer(model(), Clips(8, size), None, _engine_json(name), settings(max_steps=3, resume="auto"))
             tr.fit()
-            results[name] = {"step": tr.global_step}
+            results[name] = {"step": tr.state.step}
         except Exception as e:  # noqa: BLE001 - reported per recipe
             results[name] = {"error": f"{type(e).__name__}: {e}"}
     (out / "results.json").write_text(json.dumps(results))

@@ -112,8 +112,8 @@ def _run_scenario(sc: dict) -> None:
     model = Tiny(dropout=sc.get("dropout", 0.0), frozen_bn=sc.get("frozen_bn", True))
     lrs = []
 
-    def cb(trainer, step):
-        lrs.append([step] + list(trainer.engine.get_lr()))
+    def cb(step, info):
+        lrs.append([step] + list(info["lrs"]))
         if step == sc.get("kill_at_step"):
             os.kill(os.getpid(), signal.SIGKILL)  # a real kill: no cleanup, no save
 
@@ -130,9 +130,9 @@ def _run_scenario(sc: dict) -> None:
     tr.fit()
     cfgmod.resolve_config = real_resolve
     rank = dist.get_rank()
-    torch.save({"params": {k: v.detach().clone() for k, v in tr.engine.module.named_parameters()},
-                "buffers": {k: v.clone() for k, v in tr.engine.module.named_buffers()},
-                "lrs": lrs, "names": tr.group_names, "step": tr.global_step, "resolve_calls": len(calls)},
+    torch.save({"params": {k: v.detach().clone() for k, v in tr.parts.engine.module.named_parameters()},
+                "buffers": {k: v.clone() for k, v in tr.parts.engine.module.named_buffers()},
+                "lrs": lrs, "names": tr.parts.group_names, "step": tr.state.step, "resolve_calls": len(calls)},
                out / f"{sc['name']}_rank{rank}.pt")
 
 

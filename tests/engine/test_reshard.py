@@ -268,7 +268,7 @@ def _rank_main(spec: dict) -> None:
     data = Clips(N_CLIPS)
     steps: dict[int, list[int]] = {}
 
-    def record(trainer, step):   # the clips this rank loaded for this optimizer step
+    def record(step, info):   # the clips this rank loaded for this optimizer step
         steps[step], data.seen[:] = list(data.seen), []
 
     settings = TrainSettings(run_dir=Path(spec["run_dir"]), epochs=2, max_steps=spec.get("max_steps"), seed=SEED,
@@ -277,8 +277,9 @@ def _rank_main(spec: dict) -> None:
                              progress=False, step_callback=record)
     tr = Trainer(Tiny(), data, None, load_config(spec.get("recipe", "cpu_fp32")), settings, param_groups=_groups)
     tr.fit()
-    out = {"steps": steps, "world": tr.world, "accum": tr.accum, "global_batch": tr.global_batch,
-           "final_step": tr.global_step}
+    lay = tr.parts.layout
+    out = {"steps": steps, "world": lay.world, "accum": lay.accum, "global_batch": lay.global_batch,
+           "final_step": tr.state.step}
     Path(spec["out"], f"{spec['phase']}_rank{dist.get_rank()}.json").write_text(json.dumps(out))
 
 

@@ -204,6 +204,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
     from tsm_ds.engine.guard import EXIT_DIVERGED, DivergenceError, GuardSettings
     from tsm_ds.engine.safe_load import UntrustedCheckpointError
+    from tsm_ds.engine.settings import run_summary
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.engine.config import ConfigError, load_config, resolve_recipe
     try:
@@ -271,14 +272,12 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
                              step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
                              channels_last=m.channels_last, compile=m.compile,
                              trust_checkpoint=cfg.checkpoint.trust_checkpoint)
-    if dbg.inject_signal_at_step is not None and settings.stop_signals:   # test hook (see the field)
-        import signal as _signal
-
-        def _signal_self(tr, step, _at=dbg.inject_signal_at_step, _rank=dbg.inject_signal_rank):
-            if step == _at and tr.rank == _rank:
-                os.kill(os.getpid(), getattr(_signal, settings.stop_signals[0]))
-        settings.step_callback = _signal_self
-    trainer = Trainer(model, train_set, val_set, engine_json, settings)
+    from tsm_ds.engine.components import default_hooks
+    from tsm_ds.engine.hooks import SignalSelf
+    extra = ()   # test hook (see the field): that rank signals itself after that step
+    if dbg.inject_signal_at_step is not None and settings.stop_signals:
+        extra = (SignalSelf(dbg.inject_signal_at_step, dbg.inject_signal_rank, settings.stop_signals[0]),)
+    trainer = Trainer(model, train_set, val_set, engine_json, settings, hooks=default_hooks(settings, extra=extra))
     from tsm_ds.engine.preempt import EXIT_PREEMPTED, Preempted
     from tsm_ds.engine.rendezvous import RendezvousError
     try:
@@ -289,28 +288,31 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     except RendezvousError as e:   # every rank: its own view (rank 0 names the missing ranks)
         log.error("%s", e)
         return 5
+    import torch.distributed as dist
+    rank = dist.get_rank() if dist.is_initialized() else rank   # (an MPI launch sets no $RANK)
     try:
         result = trainer.fit()
     except DivergenceError as e:   # decided alike on every rank: all exit 3
-        if trainer.rank == 0:
+        if rank == 0:
             log.error("%s", e.describe())
         return EXIT_DIVERGED
     except CheckpointSaveError as e:
-        if trainer.rank == 0:
+        if rank == 0:
             log.error("%s", e)
         return 4
     except Preempted as e:
-        if trainer.rank == 0:
+        if rank == 0:
             log.warning("%s", e)
         return EXIT_PREEMPTED
     except (CheckpointResumeError, UntrustedCheckpointError, FileNotFoundError) as e:   # --resume: a damaged,
         # missing or foreign (asks to unpickle code) checkpoint
-        if trainer.rank == 0:
+        if rank == 0:
             log.error("%s", e)
         return 2
-    if trainer.rank == 0:
+    if rank == 0:
         val = result["val"]
-        summary = {k: v for k, v in trainer.summary(result).items() if k != "history"}   # all of it: <run>/result.json
+        summary = {k: v for k, v in run_summary(result, run_dir, result["last_metrics"]).items()
+                   if k != "history"}   # all of it: <run>/result.json
         print("RESULT " + json.dumps(summary), flush=True)
         if val:
             few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"

@@ -157,3 +157,29 @@ def sync_batchnorm_stats(module: torch.nn.Module) -> int:
         b.copy_(flat[off: off + b.numel()].view_as(b).to(b.dtype))
         off += b.numel()
     return len(bufs) // 2
+
+
+def validate(engine, loader, dataset=None, *, progress=lambda items: items) -> dict:
+    """BatchNorm statistics averaged over ranks, then top-1 / top-5 (%) and the mean loss of
+    ``engine`` on ``loader``, each sample counted once over all ranks; {} without a loader.
+
+    Args:
+        engine: the DeepSpeed engine (or a module); loader: the validation loader or None.
+        dataset: set to epoch 0 first when it has ``set_epoch`` (deterministic views).
+        progress: wraps the loader (the trainer's hooks beat per batch).
+
+    Returns:
+        ``{"top1", "top5", "count", "loss"}`` (:func:`topk_accuracy`), or {}.
+    """
+    import torch.nn.functional as F
+
+    if loader is None:
+        return {}
+    sync_batchnorm_stats(getattr(engine, "module", engine))
+    if hasattr(dataset, "set_epoch"):
+        dataset.set_epoch(0)
+    _, scores, labels = gather_predictions(engine, progress(loader))
+    res = topk_accuracy(scores, labels, ks=(1, 5))
+    if len(labels):
+        res["loss"] = float(F.cross_entropy(scores, labels))
+    return res

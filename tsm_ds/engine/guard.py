@@ -281,3 +281,23 @@ class EngineGuard:
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.rules.load_state_dict(state)
+
+
+def decide_rollback(err: DivergenceError, *, policy: str, rollbacks: int, max_rollbacks: int, has_checkpoint: bool,
+                    clip: float) -> bool:
+    """Whether a diverged run rolls back (``--on-divergence rollback`` with rollbacks left and a
+    checkpoint to go back to). When it does not, ``err`` is annotated for the report: the rollbacks
+    used and the fixes that apply to this run (:meth:`DivergenceError.narrow_fixes`).
+
+    Args:
+        err: the divergence; policy: ``"stop"`` or ``"rollback"``; rollbacks: done so far;
+        max_rollbacks: allowed; has_checkpoint: a complete checkpoint exists; clip: the run's
+        ``gradient_clipping`` (0: off).
+    """
+    if policy == "rollback" and rollbacks < max_rollbacks and has_checkpoint:
+        return True
+    if policy == "rollback":
+        err.context.append(f"rollbacks used: {rollbacks} of {max_rollbacks}"
+                           + ("" if has_checkpoint else "; no checkpoint to roll back to"))
+    err.narrow_fixes(clip=clip, rollback=policy == "rollback", has_checkpoint=has_checkpoint)
+    return False

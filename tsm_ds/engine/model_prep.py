@@ -24,15 +24,13 @@ README table; channels_last and compile are off by default.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import time
 
 import torch
 
-__all__ = ["clip_to_channels_last", "prepare_model", "compile_engine", "is_channels_last", "prepared_setup",
-           "has_batchnorm"]
+__all__ = ["clip_to_channels_last", "prepare_model", "compile_engine", "is_channels_last", "has_batchnorm"]
 
 log = logging.getLogger("tsm_ds.train")
 
@@ -151,20 +149,6 @@ def compile_engine(engine, compile: bool | str = True, log: logging.Logger = log
              "training and the first evaluation batch each include the graph compile (minutes on CPU)",
              compile if isinstance(compile, str) else "the accelerator's default")
     return took
-
-
-def prepared_setup(setup):
-    """Decorator of ``Trainer.setup``: :func:`prepare_model` on ``trainer.model`` before the set-up
-    (``trainer.s.channels_last``, ``trainer.s.compile``), :func:`compile_engine` on
-    ``trainer.engine`` after it."""
-    @functools.wraps(setup)
-    def wrapper(trainer, *args, **kwargs):
-        trainer.model, compile = prepare_model(trainer.model, channels_last=trainer.s.channels_last,
-                                               compile=trainer.s.compile)
-        out = setup(trainer, *args, **kwargs)
-        compile_engine(trainer.engine, compile)
-        return out
-    return wrapper
 
 
 def has_batchnorm(model: torch.nn.Module) -> bool:

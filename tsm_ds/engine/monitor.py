@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tsm_ds.engine.hooks import TrainHook
+
 
 class ScalarWriter:
     """A TensorBoard ``SummaryWriter`` on rank 0; a no-op elsewhere.
@@ -52,3 +54,30 @@ class ScalarWriter:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+
+
+class Monitor(TrainHook):
+    """The trainer's TensorBoard component: a :class:`ScalarWriter` in ``<run_dir>/tensorboard/tsm_ds``
+    on rank 0, fed through the hook interface (:mod:`tsm_ds.engine.hooks`)."""
+
+    def __init__(self):
+        self.writer: ScalarWriter | None = None
+        self.run_dir: Path | None = None
+
+    def on_setup_start(self, run_dir) -> None:
+        self.run_dir = Path(run_dir)
+
+    def on_setup_end(self, rank: int, world: int) -> None:
+        self.writer = ScalarWriter(self.run_dir / "tensorboard" / "tsm_ds", enabled=rank == 0)
+
+    def on_metrics(self, values: dict, step: int) -> None:
+        if self.writer is not None:
+            self.writer.scalars(values, step)
+
+    def on_epoch_end(self, epoch: int, step: int) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def on_end(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

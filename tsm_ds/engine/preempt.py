@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import signal
 
+from tsm_ds.engine.hooks import TrainHook
+
 __all__ = ["EXIT_PREEMPTED", "Preempted", "StopSignal"]
 
 #: exit status of a run stopped by the signal after saving (sysexits' EX_TEMPFAIL: "try again").
@@ -34,7 +36,7 @@ class Preempted(Exception):
                          f"continue with --resume auto (exit status {EXIT_PREEMPTED})")
 
 
-class StopSignal:
+class StopSignal(TrainHook):
     """A flag set by a signal handler (default SIGUSR1).
 
     Args:
@@ -72,6 +74,19 @@ class StopSignal:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         self._old.clear()
+
+    # ---- the trainer's hook interface (tsm_ds.engine.hooks)
+    def on_setup_start(self, run_dir) -> None:
+        """Catch the signals from set-up on."""
+        self.install()
+
+    def stop_requested(self) -> str | None:
+        """The signal's name once one arrived (the run saves at this step and stops), else None."""
+        return self.received
+
+    def on_end(self) -> None:
+        """Put the previous handlers back."""
+        self.restore()
 
     @property
     def flag(self) -> float:

@@ -292,15 +292,14 @@ def annotate_filled(filled: dict, plan: ReshardPlan | None) -> None:
                                              f"{lay.accumulation})")
 
 
-def manifest_fields(trainer, epoch: int, micro_in_epoch: int) -> dict:
+def manifest_fields(layout, epoch: int, micro_in_epoch: int) -> dict:
     """The batch layout and data position stored in a checkpoint's ``complete.json``, readable
     before any engine exists (:func:`read_layout`): ``global_batch``, ``micro_batch``,
     ``accumulation``, ``epoch``, ``micro_in_epoch`` (per rank) and ``samples_in_epoch`` (P, all
-    ranks: ``micro_in_epoch x micro x world``), from a set-up trainer's ``global_batch``, ``micro``,
-    ``accum`` and ``world``."""
-    return {"global_batch": int(trainer.global_batch), "micro_batch": int(trainer.micro),
-            "accumulation": int(trainer.accum), "epoch": int(epoch), "micro_in_epoch": int(micro_in_epoch),
-            "samples_in_epoch": int(micro_in_epoch) * int(trainer.micro) * int(trainer.world)}
+    ranks: ``micro_in_epoch x micro x world``), from a :class:`~tsm_ds.engine.state.Layout`."""
+    return {"global_batch": int(layout.global_batch), "micro_batch": int(layout.micro),
+            "accumulation": int(layout.accum), "epoch": int(epoch), "micro_in_epoch": int(micro_in_epoch),
+            "samples_in_epoch": int(micro_in_epoch) * int(layout.micro) * int(layout.world)}
 
 
 def reseed(seed: int, step: int, rank: int) -> int:
@@ -326,8 +325,10 @@ def _restart_compressor(comp, step: int) -> None:
             buf.zero_()
 
 
-def load(trainer, tag: str) -> tuple[dict, dict]:
-    """Load checkpoint ``tag`` into a set-up :class:`~tsm_ds.engine.trainer.Trainer`, at any world size.
+def load(ckpt, engine, tag: str, *, layout, seed: int, compressor=None) -> tuple[dict, dict]:
+    """Load checkpoint ``tag`` of ``ckpt`` (a :class:`~tsm_ds.engine.checkpoint.CheckpointManager`)
+    into ``engine``, at any world size; ``layout``: this run's :class:`~tsm_ds.engine.state.Layout`;
+    ``seed``: the run's seed; ``compressor``: the 1-bit compressor or None.
 
     The same world size: :meth:`CheckpointManager.load` as it is. Another one: the engine state
     (module, optimizer, lr schedule; refused when sharded per rank), then a rank state built for
@@ -345,36 +346,36 @@ def load(trainer, tag: str) -> tuple[dict, dict]:
     """
     from tsm_ds.engine.checkpoint import CheckpointResumeError, rng_state
 
-    tag_dir = trainer.ckpt.dir / tag
-    if written_world(tag_dir) in (None, trainer.world):   # (None: the manager's own error)
-        return trainer.ckpt.load(trainer.engine, tag)
+    tag_dir = ckpt.dir / tag
+    if written_world(tag_dir) in (None, layout.world):   # (None: the manager's own error)
+        return ckpt.load(engine, tag)
     lay = read_layout(tag_dir)
-    check_optimizer_state(lay, trainer.world, error=CheckpointResumeError)
-    if lay.global_batch != trainer.global_batch:
+    check_optimizer_state(lay, layout.world, error=CheckpointResumeError)
+    if lay.global_batch != layout.global_batch:
         raise CheckpointResumeError(f"checkpoint {tag_dir} was trained with global batch {lay.global_batch}, this run "
-                                    f"was set up for {trainer.global_batch}: resume from that checkpoint explicitly "
+                                    f"was set up for {layout.global_batch}: resume from that checkpoint explicitly "
                                     f"(--resume {tag}) so that the engine JSON is resolved for it")
-    client, _ = trainer.ckpt.load(trainer.engine, tag, other_world=True)
+    client, _ = ckpt.load(engine, tag, other_world=True)
     consumed = (lay.samples_in_epoch if lay.samples_in_epoch is not None
                 else int(client["micro_in_epoch"]) * lay.micro_batch * lay.world_size)
-    per = trainer.micro * trainer.world
+    per = layout.micro * layout.world
     if consumed % per:
         raise CheckpointResumeError(f"checkpoint {tag_dir} stands {consumed} clips into its epoch, not a whole number "
-                                    f"of micro-batches of {trainer.micro} clips on {trainer.world} ranks: resume on "
+                                    f"of micro-batches of {layout.micro} clips on {layout.world} ranks: resume on "
                                     f"{lay.world_size} ranks")
     step = int(client["step"])
-    reseed(trainer.s.seed, step, trainer.rank)
-    if trainer.compressor is not None:
-        _restart_compressor(trainer.compressor, step)
-    if trainer.rank == 0:
+    reseed(seed, step, layout.rank)
+    if compressor is not None:
+        _restart_compressor(compressor, step)
+    if layout.rank == 0:
         log.info("resuming %s, written by %d ranks, on %d ranks: global batch %d kept (micro-batch %d x accumulation "
                  "%d x %d ranks; it was %d x %d x %d); the epoch continues after its first %d clips, the rest "
                  "re-sharded over %d ranks (each clip once, the same clips per step); per-rank RNGs re-seeded from "
                  "(seed %d, step %d, rank)%s; BatchNorm statistics, dropout draws and the gradient summation order "
-                 "differ from a run on %d ranks", tag_dir, lay.world_size, trainer.world, lay.global_batch,
-                 trainer.micro, trainer.accum, trainer.world, lay.micro_batch, lay.accumulation, lay.world_size,
-                 consumed, trainer.world, trainer.s.seed, step,
-                 "; 1-bit compressor error feedback restarts at zero" if trainer.compressor is not None else "",
+                 "differ from a run on %d ranks", tag_dir, lay.world_size, layout.world, lay.global_batch,
+                 layout.micro, layout.accum, layout.world, lay.micro_batch, lay.accumulation, lay.world_size,
+                 consumed, layout.world, seed, step,
+                 "; 1-bit compressor error feedback restarts at zero" if compressor is not None else "",
                  lay.world_size)
     return client, {"rng": rng_state(), "epoch": int(client["epoch"]), "micro_in_epoch": consumed // per,
-                    "rank": trainer.rank}
+                    "rank": layout.rank}

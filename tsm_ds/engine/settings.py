@@ -19,7 +19,7 @@ from tsm_ds.engine.guard import GuardSettings
 from tsm_ds.engine.reshard import remaining_shard
 
 __all__ = ["ResumableDistributedSampler", "StepStats", "TrainSettings", "run_summary", "save_config_record",
-           "write_run_result", "build_loaders"]
+           "write_run_result", "build_loaders", "step_metrics"]
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -71,7 +71,8 @@ class TrainSettings:
             run's data (:func:`tsm_ds.config.record.run_record`).
         eval_batch_size: clips per rank per validation batch (None = the micro-batch).
         progress: tqdm bar on rank 0.
-        step_callback: ``f(trainer, step)`` after each optimizer step (hooks, fault injection).
+        step_callback: ``f(step, info)`` after each optimizer step (``info``: ``{"metrics", "lrs",
+            "rank", "world", "epoch"}``; :class:`tsm_ds.engine.hooks.StepCallback`).
         guard: the divergence guard's thresholds (:class:`tsm_ds.engine.guard.GuardSettings`).
         on_divergence: ``"stop"`` (raise :class:`~tsm_ds.engine.guard.DivergenceError`) or
             ``"rollback"`` (reload the last good checkpoint, multiply every lr by
@@ -127,6 +128,7 @@ class TrainSettings:
     trust_checkpoint: bool = False
 
     def __post_init__(self):
+        self.run_dir = Path(self.run_dir)
         if self.on_divergence not in ("stop", "rollback"):
             raise ValueError(f"on_divergence must be 'stop' or 'rollback', got {self.on_divergence!r}")
         if not 0.0 < self.rollback_lr_factor < 1.0 or self.max_rollbacks < 0:
@@ -158,6 +160,24 @@ class StepStats:
     comm_s: float = 0.0
     bad_files_new: float = 0.0
 
+    def add_loss(self, loss: float, n: int) -> None:
+        """A micro-batch's mean loss over its ``n`` clips."""
+        self.loss_sum += float(loss) * n
+        self.clips += n
+
+    def add_batch(self, logits, label, *, bad: int, data_s: float, compute_s: float, comm_s: float) -> None:
+        """A micro-batch's hits (logits (n, K), labels (n,)), unreadable files replaced and timings (s)."""
+        import torch
+
+        with torch.no_grad():
+            hit = logits.float().topk(min(5, logits.shape[1]), dim=1).indices == label.view(-1, 1)
+        self.correct1 += float(hit[:, :1].any(1).sum())
+        self.correct5 += float(hit.any(1).sum())
+        self.bad_videos += bad
+        self.data_s += data_s
+        self.compute_s += compute_s
+        self.comm_s += comm_s
+
     def as_list(self) -> list[float]:
         """The fields in order, for one all-reduce."""
         return [float(v) for v in astuple(self)]
@@ -168,6 +188,36 @@ class StepStats:
         if len(values) != len(fields(cls)):
             raise ValueError(f"StepStats needs {len(fields(cls))} values, got {len(values)}")
         return cls(*values)
+
+
+def step_metrics(r: StepStats, bad: tuple[int, int], lrs: dict[str, float], seconds: float, *, eng, world: int,
+                 manual_comm: bool, guard, compressor=None) -> dict:
+    """The scalars logged after an optimizer step.
+
+    Args:
+        r: the step's statistics summed over ranks; bad: (distinct bad files, encounters) so far;
+        lrs: the step's per-group lrs; seconds: wall time since the previous step;
+        eng: the engine (skipped steps); world: ranks; manual_comm: the comm time was measured;
+        guard: the engine guard (its gradient norm); compressor: the 1-bit compressor or None.
+
+    Returns:
+        ``{"train/loss", "train/top1", "train/top5", "perf/clips_per_s", "time/data_wait_s",
+        "time/compute_s", "time/comm_s", "train/skipped_steps", "data/bad_videos",
+        "data/bad_video_encounters", "train/grad_norm", "lr/<group>"..., "comm/<stat>"...}``
+        (times per rank, averaged; ``time/comm_s`` None when not measured).
+    """
+    metrics = {"train/loss": r.loss_sum / r.clips, "train/top1": 100 * r.correct1 / r.clips,
+               "train/top5": 100 * r.correct5 / r.clips, "perf/clips_per_s": r.clips / max(seconds, 1e-9),
+               "time/data_wait_s": r.data_s / world, "time/compute_s": r.compute_s / world,
+               "time/comm_s": r.comm_s / world if manual_comm else None, "train/skipped_steps": eng.skipped_steps,
+               "data/bad_videos": bad[0], "data/bad_video_encounters": bad[1], "train/grad_norm": guard.grad_norm}
+    for name, lr in lrs.items():
+        metrics[f"lr/{name}"] = lr
+    if compressor is not None:
+        for k, v in compressor.stats().items():
+            if isinstance(v, (int, float)):
+                metrics[f"comm/{k}"] = v
+    return metrics
 
 
 def run_summary(result: dict, run_dir: str | Path, last_metrics: dict) -> dict:

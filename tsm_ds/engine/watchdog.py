@@ -63,7 +63,6 @@ before the beat counts: that rank's last progress stays the step before.
 from __future__ import annotations
 
 import faulthandler
-import functools
 import json
 import logging
 import os
@@ -73,7 +72,9 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["EXIT_HUNG", "BACKSTOP_S", "Watchdog", "watched_setup", "watched_run"]
+from tsm_ds.engine.hooks import TrainHook
+
+__all__ = ["EXIT_HUNG", "BACKSTOP_S", "Watchdog"]
 
 log = logging.getLogger("tsm_ds.train")
 
@@ -152,7 +153,7 @@ def _summary(report: dict) -> str:
     return "; ".join(parts)
 
 
-class Watchdog:
+class Watchdog(TrainHook):
     """Per-rank hang watchdog (see the module docstring).
 
     Args:
@@ -214,6 +215,28 @@ class Watchdog:
             self._thread.start()
             self._arm_backstop()
         return self
+
+    # ---- the trainer's hook interface (tsm_ds.engine.hooks): start at set-up, beat on progress
+    def on_setup_start(self, run_dir) -> None:
+        """Start the start-up clock before set-up (op builds, ``deepspeed.initialize``, resume)."""
+        self.dir = Path(run_dir) / "stacks"
+        self.start()
+
+    def on_setup_end(self, rank: int, world: int) -> None:
+        """The rank and world size as the process group knows them (MPI launches set no ``$RANK``)."""
+        self.rank, self.world_size = int(rank), int(world) or self.world_size
+
+    def on_step(self, step: int, info: dict) -> None:
+        """An optimizer step is progress."""
+        self.beat("step", step)
+
+    def on_progress(self, what: str) -> None:
+        """An evaluation batch or a checkpoint write is progress."""
+        self.beat(what)
+
+    def on_end(self) -> None:
+        """The run returned or raised (or its set-up failed): stop watching."""
+        self.stop()
 
     def beat(self, what: str, step: int | None = None) -> None:
         """Report progress: ``what`` is ``"step"`` (an optimizer step, ``step`` its number; the first
@@ -408,39 +431,3 @@ class Watchdog:
             release_cpu_shm_now()
         except Exception:   # exiting anyway: the buffer is only RAM to give back
             pass
-
-
-def watched_setup(setup):
-    """Decorator of ``Trainer.setup``: start ``trainer.watchdog`` (a :class:`Watchdog` with the limits of
-    ``trainer.s``: ``run_dir``, ``step_timeout``, ``startup_timeout``; rank and world size from ``$RANK``
-    and ``$WORLD_SIZE``, then from the trainer once set up) before the set-up, so that its start-up
-    limit covers the op builds and ``deepspeed.initialize``; stop it when the set-up raises (a caller
-    that catches the error must not be killed an hour later)."""
-    @functools.wraps(setup)
-    def wrapper(trainer, *args, **kwargs):
-        s = trainer.s
-        trainer.watchdog = Watchdog(s.run_dir, rank=int(os.environ.get("RANK", "0")),
-                                    world_size=int(os.environ.get("WORLD_SIZE", "0")) or None,
-                                    step_timeout=s.step_timeout, startup_timeout=s.startup_timeout,
-                                    test_hang=s.test_hang).start()
-        try:
-            out = setup(trainer, *args, **kwargs)
-        except BaseException:
-            trainer.watchdog.stop()
-            raise
-        trainer.watchdog.rank = int(getattr(trainer, "rank", trainer.watchdog.rank))   # MPI launches set no $RANK
-        trainer.watchdog.world_size = int(getattr(trainer, "world", 0)) or trainer.watchdog.world_size
-        return out
-    return wrapper
-
-
-def watched_run(fit):
-    """Decorator of ``Trainer.fit``: stop ``trainer.watchdog`` when the run returns or raises."""
-    @functools.wraps(fit)
-    def wrapper(trainer, *args, **kwargs):
-        try:
-            return fit(trainer, *args, **kwargs)
-        finally:
-            if getattr(trainer, "watchdog", None) is not None:
-                trainer.watchdog.stop()
-    return wrapper

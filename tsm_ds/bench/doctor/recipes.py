@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
@@ -89,29 +90,30 @@ def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
     settings = TrainSettings(run_dir=f"{tmp}/{name}", epochs=1, max_steps=s.recipe_steps, num_workers=0,
                              class_names=[f"c{i}" for i in range(classes)], flags=_flags(raw, micro, ctx.world),
                              progress=False, keep_last=1,
-                             step_callback=lambda trainer, step: stamps.append(time.perf_counter()))
+                             step_callback=lambda step, info: stamps.append(time.perf_counter()))
     t0 = time.perf_counter()
     try:
-        tr = Trainer(model, data, None, raw, settings)
-        tr.fit()
+        result = Trainer(model, data, None, raw, settings).fit()
     except ConfigError as e:
         return {"status": "refused", "message": str(e)}
     dt = time.perf_counter() - t0
     from tsm_ds.engine.safe_load import UntrustedCheckpointError, check_files
 
-    tag = tr.ckpt.latest_tag()
+    ck_dir = Path(tmp) / name / "checkpoints"
+    tag = (ck_dir / "latest").read_text().strip() if (ck_dir / "latest").is_file() else None
+    steps = result["step"]
     try:   # the files --resume and the readers will load, as they load them
-        check_files(sorted((tr.ckpt.dir / tag).rglob("*.pt")) if tag else [])
+        check_files(sorted((ck_dir / tag).rglob("*.pt")) if tag else [])
     except UntrustedCheckpointError as e:
-        return {"status": "failed", "steps": tr.global_step, "seconds": dt,
+        return {"status": "failed", "steps": steps, "seconds": dt,
                 "message": f"its checkpoint does not load weights-only: {e}"}
-    loss = (getattr(tr, "last_metrics", None) or {}).get("train/loss")
+    loss = (result.get("last_metrics") or {}).get("train/loss")
     # steps after the first (engine set-up, first-step allocations and op builds are not in it)
     per = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else None
-    return {"status": "ok", "steps": tr.global_step, "loss": loss, "seconds": dt, "s_per_step": per,
-            "clips_per_s": tr.micro * ctx.world / per if per else None,
-            "message": (f"{tr.global_step} steps, micro-batch {tr.micro} x {ctx.world} rank(s), {img} px, "
-                        f"loss {loss:.3f}" if loss is not None else f"{tr.global_step} steps")
+    return {"status": "ok", "steps": steps, "loss": loss, "seconds": dt, "s_per_step": per,
+            "clips_per_s": micro * ctx.world / per if per else None,
+            "message": (f"{steps} steps, micro-batch {micro} x {ctx.world} rank(s), {img} px, "
+                        f"loss {loss:.3f}" if loss is not None else f"{steps} steps")
             + (", checkpoint loads weights-only" if tag else "")}
 
 

@@ -1,0 +1,189 @@
+"""Everything the training loop runs on, built from its parts: the engine JSON resolved and
+validated for this world size, the process group, ``deepspeed.initialize`` (client optimizer and
+schedule, channels-last / compile), the gradient compressor, the data loaders, the checkpoint
+manager, the divergence guard, and ``<run>/config.json``.
+
+:func:`build_engine` returns them in one :class:`EngineParts`; the loop
+(:mod:`tsm_ds.engine.trainer`) only uses them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from tsm_ds.data.bad_videos import BadVideoTracker
+from tsm_ds.engine import config as cfgmod
+from tsm_ds.engine import reshard
+from tsm_ds.engine.checkpoint import CheckpointManager
+from tsm_ds.engine.dist import device as current_device
+from tsm_ds.engine.dist import hosts, init_distributed
+from tsm_ds.engine.guard import DivergenceGuard, EngineGuard
+from tsm_ds.engine.model_prep import compile_engine, has_batchnorm, prepare_model
+from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
+from tsm_ds.engine.settings import TrainSettings, build_loaders, save_config_record
+from tsm_ds.engine.state import Layout
+
+__all__ = ["EngineParts", "build_engine", "make_reduce"]
+
+log = logging.getLogger("tsm_ds.train")
+
+
+@dataclass
+class EngineParts:
+    """What :func:`build_engine` built (see the module docstring).
+
+    Attributes:
+        engine: the DeepSpeed engine; layout: the batch layout (:class:`~tsm_ds.engine.state.Layout`).
+        device: where batches go; input_dtype: the engine's input dtype (fp32, bf16 or fp16).
+        ds_config, tsm: the resolved DeepSpeed config and ``tsm_ds`` block.
+        group_names: the optimizer's parameter groups, in order.
+        compressor: the 1-bit compressor or None; manual_comm: the loop all-reduces the gradient
+            itself (ZeRO 0 without DeepSpeed's bf16 optimizer, or the compressor).
+        sampler, loader_gen, loader, val_loader: :func:`tsm_ds.engine.settings.build_loaders`.
+        ckpt: the checkpoint manager; guard: the divergence guard; bad: the bad-file tracker.
+        reduce: ``f([floats]) -> [sums over ranks]``.
+    """
+
+    engine: Any
+    layout: Layout
+    device: torch.device
+    input_dtype: torch.dtype
+    ds_config: dict
+    tsm: dict
+    group_names: list
+    compressor: Any
+    manual_comm: bool
+    sampler: Any
+    loader_gen: torch.Generator
+    loader: Any
+    val_loader: Any
+    ckpt: CheckpointManager
+    guard: EngineGuard
+    bad: BadVideoTracker
+    reduce: Callable[[list], list]
+
+
+def make_reduce(world: int, dev: torch.device) -> Callable[[list[float]], list[float]]:
+    """``f(values) -> sums over ranks`` (float64 all-reduce; identity for one rank)."""
+    def reduce(values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        if world > 1:
+            if dist.get_backend() == "nccl":
+                t = t.to(dev)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.cpu().tolist()
+    return reduce
+
+
+def _resolve(model, train_set, raw: dict, s: TrainSettings, param_groups, world: int, dev_name: str):
+    """Resolve (``"auto"``) and validate the engine JSON for ``world`` ranks; returns
+    ``(resolved, reshard plan)``. Raises ConfigError."""
+    probe = [g for g in param_groups(model, 0.0) if len(list(g["params"]))]
+    raw, flags, plan = reshard.resume_engine_inputs(   # another world size: batch kept
+        raw, s.flags, run_dir=s.run_dir, resume=s.resume, world=world)
+    resolved = cfgmod.resolve_config(raw, world_size=world, train_samples=len(train_set), epochs=s.epochs,
+                                     max_steps=s.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe],
+                                     flags=flags)
+    reshard.annotate_filled(resolved[2], plan)
+    cfgmod.validate_config(resolved[0], resolved[1], device=dev_name, has_batchnorm=has_batchnorm(model))
+    return resolved
+
+
+def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, param_groups: Callable,
+                 counter: list | None = None) -> EngineParts:
+    """Build the run's parts (see the module docstring) and write ``<run>/config.json`` on rank 0.
+
+    Args:
+        model: the recognizer (prepared here for channels-last / compile).
+        train_set, val_set: the datasets (``val_set`` may be None).
+        raw: the engine JSON as loaded (``"auto"`` values); s: the trainer's settings.
+        param_groups: ``f(model, weight_decay) -> [param group dicts with "lr_mult", "name"]``.
+        counter: a list that gets one item per engine-JSON resolution (one, unless the launcher
+            reported no world size; tests count them).
+
+    Raises:
+        ConfigError: a recipe that cannot work here, before DeepSpeed starts its backend.
+        RendezvousError: not every rank joined within ``s.dist_timeout``.
+    """
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.base_optimizer import ZeROOptimizer
+
+    counter = [] if counter is None else counter
+    model, compile = prepare_model(model, channels_last=s.channels_last, compile=s.compile)
+    # before DeepSpeed starts its communication backend (which may JIT-compile ops for minutes): a
+    # recipe that cannot work on this device stops at once; the world size is the launcher's
+    world0 = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    resolved = _resolve(model, train_set, raw, s, param_groups, world0, get_accelerator().device_name())
+    counter.append(world0)
+    rank, world = init_distributed(timeout_s=s.dist_timeout, hosts=list(s.hosts) or None)
+    dev = current_device()
+    if rank == 0:
+        Path(s.run_dir).mkdir(parents=True, exist_ok=True)
+    if world != world0:   # WORLD_SIZE unset (e.g. an MPI launch): the real world size
+        resolved = _resolve(model, train_set, raw, s, param_groups, world, dev.type)
+        counter.append(world)
+    ds_cfg, tsm, filled, spe = resolved
+    src, otype, oblock = cfgmod.optimizer_kind({**ds_cfg, "tsm_ds": tsm})
+    for mon in ("tensorboard", "csv_monitor"):
+        if isinstance(ds_cfg.get(mon), dict) and ds_cfg[mon].get("output_path") == cfgmod.AUTO:
+            ds_cfg[mon]["output_path"] = str(Path(s.run_dir) / "tensorboard")
+    micro, accum = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
+    total = spe * s.epochs if s.max_steps is None else min(spe * s.epochs, s.max_steps)
+    layout = Layout(rank=rank, world=world, micro=micro, accum=accum, global_batch=ds_cfg["train_batch_size"],
+                    steps_per_epoch=spe, total_steps=total)
+
+    params = oblock["params"]
+    groups = [g for g in param_groups(model, float(params["weight_decay"])) if len(list(g["params"]))]
+    groups = apply_group_lrs(groups, float(params["lr"]))
+    names = [g.get("name", f"group{i}") for i, g in enumerate(groups)]
+    client_opt = build_client_optimizer(oblock, groups) if src == "client" else None
+    sched = client_scheduler_factory(tsm["lr_schedule"]) if tsm.get("lr_schedule") else None
+    eng, _, _, _ = deepspeed.initialize(model=model, model_parameters=None if client_opt else groups,
+                                        optimizer=client_opt, lr_scheduler=sched, config=ds_cfg)
+    input_dtype = torch.bfloat16 if eng.bfloat16_enabled() else (torch.float16 if eng.fp16_enabled() else torch.float32)
+    compressor = None
+    comp_cfg = tsm.get("compression")
+    if comp_cfg and comp_cfg != "none" and not (isinstance(comp_cfg, dict) and comp_cfg.get("type") == "none"):
+        from tsm_ds.engine.compression import build_compressor
+        compressor = build_compressor(comp_cfg, eng)
+    manual_comm = compressor is not None or not isinstance(eng.optimizer, ZeROOptimizer)
+    if manual_comm:
+        eng.enable_backward_allreduce = False
+
+    sampler, loader_gen, loader, val_loader = build_loaders(
+        train_set, val_set, micro=micro, world=world, rank=rank, seed=s.seed, num_workers=s.num_workers,
+        eval_batch_size=s.eval_batch_size)
+    ckpt = CheckpointManager(Path(s.run_dir) / "checkpoints", keep_last=s.keep_last, rank=rank, world_size=world,
+                             trust=s.trust_checkpoint)
+    bad = BadVideoTracker(train_set, rank=rank, world_size=world)   # distinct files, once
+    reduce = make_reduce(world, dev)
+    num_classes = len(s.class_names) or int((getattr(model, "config", None) or {}).get("num_classes", 2))
+
+    def last_good() -> str | None:
+        tag = ckpt.latest_tag()
+        return str(ckpt.dir / tag) if tag else None
+    guard = EngineGuard(eng, DivergenceGuard(s.guard, num_classes), manual_comm=manual_comm, reduce=reduce,
+                        last_good=last_good)
+
+    run_hosts = hosts()   # a collective: every rank
+    if rank == 0:
+        for k, v in filled.items():
+            log.info("engine JSON auto: %s = %s", k, v)
+        log.info("world size %d, micro-batch %d, accumulation %d, global batch %d, %d optimizer steps per epoch, "
+                 "%d steps planned; gradient all-reduce %s", world, micro, accum, layout.global_batch, spe, total,
+                 "timed separately" if manual_comm else "inside DeepSpeed's ZeRO/bf16 optimizer (time/comm_s not "
+                 "logged)")
+        save_config_record(s, raw, ds_cfg, tsm, filled, world=world, steps_per_epoch=spe, total_steps=total,
+                           groups=list(zip(names, groups)), hosts=run_hosts)
+    compile_engine(eng, compile)
+    return EngineParts(engine=eng, layout=layout, device=dev, input_dtype=input_dtype, ds_config=ds_cfg, tsm=tsm,
+                       group_names=names, compressor=compressor, manual_comm=manual_comm, sampler=sampler,
+                       loader_gen=loader_gen, loader=loader, val_loader=val_loader, ckpt=ckpt, guard=guard, bad=bad,
+                       reduce=reduce)

@@ -1,0 +1,160 @@
+"""The trainer's one hook interface: components that watch or steer a run without the loop knowing
+them (the hang watchdog, the stop signal, the TensorBoard monitor, test hooks, callbacks).
+
+A component subclasses :class:`TrainHook` and overrides what it needs; the trainer calls every
+hook of its :class:`Hooks` at these points, always with plain values (never the trainer):
+
+- ``on_setup_start(run_dir)``: before set-up (op builds, ``deepspeed.initialize``, resume);
+- ``on_setup_end(rank, world)``: the engine exists, the world size is known;
+- ``on_loss(loss, step, rank) -> loss``: each micro-batch's loss before backward (fault injection);
+- ``on_step(step, info)``: after each optimizer step; ``info``: ``{"metrics", "lrs", "rank", "world",
+  "epoch"}``;
+- ``on_metrics(values, step)``: scalars to log (``{"train/loss": ...}``, ``{"val/top1": ...}``);
+- ``on_progress(what)``: an evaluation batch (``"eval"``) or a checkpoint write (``"checkpoint"``);
+- ``on_epoch_end(epoch, step)``: after an epoch's validation;
+- ``on_rollback(step)``: a diverged run reloaded the checkpoint of optimizer step ``step``;
+- ``stop_requested() -> str | None``: asked once per optimizer step: a reason (e.g. ``"SIGUSR1"``)
+  makes the run save at that step and stop (summed over ranks with the step's statistics, so that
+  every rank stops at the same step);
+- ``on_end()``: the run returned or raised (always called once).
+"""
+from __future__ import annotations
+
+import os
+import signal
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+__all__ = ["TrainHook", "Hooks", "NanInjection", "StepCallback", "SignalSelf"]
+
+
+class TrainHook:
+    """Base of the trainer's components: every method does nothing."""
+
+    def on_setup_start(self, run_dir) -> None:
+        """Before set-up."""
+
+    def on_setup_end(self, rank: int, world: int) -> None:
+        """After set-up: the rank and world size are known."""
+
+    def on_loss(self, loss: torch.Tensor, step: int, rank: int) -> torch.Tensor:
+        """A micro-batch's loss (scalar tensor) of 1-based optimizer step ``step``; returns the loss to use."""
+        return loss
+
+    def on_step(self, step: int, info: dict) -> None:
+        """After optimizer step ``step`` (1-based)."""
+
+    def on_metrics(self, values: dict, step: int) -> None:
+        """Scalars ``{tag: float or None}`` at optimizer step ``step``."""
+
+    def on_progress(self, what: str) -> None:
+        """Progress other than a step: ``"eval"`` (a batch) or ``"checkpoint"``."""
+
+    def on_epoch_end(self, epoch: int, step: int) -> None:
+        """After an epoch's validation."""
+
+    def on_rollback(self, step: int) -> None:
+        """The run rolled back to the checkpoint of optimizer step ``step``."""
+
+    def stop_requested(self) -> str | None:
+        """A reason once this rank wants the run saved and stopped, else None."""
+        return None
+
+    def on_end(self) -> None:
+        """The run returned or raised."""
+
+
+class Hooks(TrainHook):
+    """Several hooks called in order (``on_loss`` chains the loss through them)."""
+
+    def __init__(self, hooks: Iterable[TrainHook] = ()):
+        self.hooks = [h for h in hooks if h is not None]
+
+    def on_setup_start(self, run_dir) -> None:
+        for h in self.hooks:
+            h.on_setup_start(run_dir)
+
+    def on_setup_end(self, rank: int, world: int) -> None:
+        for h in self.hooks:
+            h.on_setup_end(rank, world)
+
+    def on_loss(self, loss, step, rank):
+        for h in self.hooks:
+            loss = h.on_loss(loss, step, rank)
+        return loss
+
+    def on_step(self, step: int, info: dict) -> None:
+        for h in self.hooks:
+            h.on_step(step, info)
+
+    def on_metrics(self, values: dict, step: int) -> None:
+        for h in self.hooks:
+            h.on_metrics(values, step)
+
+    def on_progress(self, what: str) -> None:
+        for h in self.hooks:
+            h.on_progress(what)
+
+    def on_epoch_end(self, epoch: int, step: int) -> None:
+        for h in self.hooks:
+            h.on_epoch_end(epoch, step)
+
+    def on_rollback(self, step: int) -> None:
+        for h in self.hooks:
+            h.on_rollback(step)
+
+    def stop_requested(self) -> str | None:
+        reasons = [h.stop_requested() for h in self.hooks]   # every hook asked (none is skipped)
+        return next((r for r in reasons if r), None)
+
+    def on_end(self) -> None:
+        for h in self.hooks:
+            h.on_end()
+
+    def beating(self, items: Iterable, what: str = "eval") -> Iterator:
+        """``items`` passed through, with :meth:`on_progress` after each one (evaluation batches)."""
+        for item in items:
+            yield item
+            self.on_progress(what)
+
+
+class NanInjection(TrainHook):
+    """Test hook: the loss of every micro-batch of optimizer step ``step`` (1-based) becomes NaN on
+    rank ``rank`` only, the first time that step runs (not again after a rollback reloads an
+    earlier step)."""
+
+    def __init__(self, step: int, rank: int = 0):
+        self.step, self.rank, self.done = int(step), int(rank), False
+
+    def on_loss(self, loss, step, rank):
+        if step == self.step and rank == self.rank and not self.done:
+            return loss * float("nan")
+        return loss
+
+    def on_step(self, step: int, info: dict) -> None:
+        self.done = self.done or step >= self.step   # that step was applied (its loss finite elsewhere)
+
+    def on_rollback(self, step: int) -> None:
+        self.done = True   # the injected divergence was rolled back: not again
+
+
+class StepCallback(TrainHook):
+    """``fn(step, info)`` after every optimizer step (``info`` as :meth:`TrainHook.on_step`)."""
+
+    def __init__(self, fn: Callable[[int, dict], None]):
+        self.fn = fn
+
+    def on_step(self, step: int, info: dict) -> None:
+        self.fn(step, info)
+
+
+class SignalSelf(TrainHook):
+    """Test hook: rank ``rank`` sends itself ``signal_name`` after optimizer step ``step``."""
+
+    def __init__(self, step: int, rank: int, signal_name: str):
+        self.step, self.rank, self.signal_name = int(step), int(rank), signal_name
+
+    def on_step(self, step: int, info: dict) -> None:
+        if step == self.step and info["rank"] == self.rank:
+            os.kill(os.getpid(), getattr(signal, self.signal_name))
