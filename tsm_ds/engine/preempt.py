@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import signal
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "StopSignal"]
+# EXIT_PREEMPTED (75): the exit status of a run stopped by the signal after saving (sysexits'
+# EX_TEMPFAIL: "try again")
+from tsm_ds.utils.exits import EXIT_PREEMPTED
 
-#: exit status of a run stopped by the signal after saving (sysexits' EX_TEMPFAIL: "try again").
-EXIT_PREEMPTED = 75
+__all__ = ["EXIT_PREEMPTED", "Preempted", "StopSignal"]
 
 
 class Preempted(Exception):
