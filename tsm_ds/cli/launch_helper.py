@@ -278,7 +278,8 @@ def _answer(query: str, args: list[str], environ: Mapping[str, str]) -> tuple[in
         problems = hosts.check_ssh(names, port)
         if not problems:
             return 0, "", ""
-        err = [line for p in problems for line in (f"launch: ssh {p.host} failed: {p.error}", f"launch:   fix: {p.fix}")]
+        err = [line for p in problems
+               for line in (f"launch: ssh {p.host} failed: {p.error}", f"launch:   fix: {p.fix}")]
         err.append(f"launch: not every host of {args[0]} is reachable by ssh (NO_SSH_CHECK=1 skips this check)")
         return 2, "", "\n".join(err)
     if query == "launch-args":

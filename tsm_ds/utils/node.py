@@ -191,10 +191,16 @@ def slurm_port(job_id: str | int) -> int:
 
 
 def port_free_on(host: str, port: int, python: str, *, ssh_port: int | None = None, timeout: float = 10.0) -> bool:
-    """Whether ``port`` can be bound on ``host`` (where rank 0 will listen), asked over ssh with
-    ``python`` (the same interpreter path there).
+    """Whether ``port`` can be bound on ``host`` (where rank 0 will listen), asked over ssh.
 
-    Returns False too when ssh fails (the ssh check reports that host on its own).
+    Args:
+        host: the host (the hostfile's first). port: the TCP port to bind on every address there.
+        python: an interpreter path that exists on ``host`` (the launch's own: the same venv path).
+        ssh_port: sshd's port (None: the default). timeout: seconds for the connection.
+
+    Returns:
+        True when the bind worked; False when it failed and also when ssh failed (the ssh check
+        reports that host on its own).
     """
     import shlex
 
