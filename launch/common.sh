@@ -1,10 +1,13 @@
-# The shared preamble of the launch scripts (sourced, not run): venv, DeepSpeed's op cache,
-# ranks and threads per node, the hostfile, a free port, the environment every rank gets,
-# and an ssh probe that shows ssh's own error. Functions only, plus the variables below.
+# The preamble of the launch scripts (sourced, not run): venv, DeepSpeed's op cache, ranks and
+# threads per node, the hostfile, a free port, the environment every rank gets, the ssh probe.
+# What Python already knows (threads per rank, the free port, the hostfile and the ssh advice,
+# the CUDA check, the default recipe, exit statuses, the launcher options) is asked from
+# tsm_ds.cli.launch_helper (torch-free, a fraction of a second); this file keeps what must be
+# shell: exports, the env files, traps and the command lines.
 #
 #   TSM_DS_ROOT   the repository (this file's parent folder); every host needs it at the same path
 #   TSM_DS_VENV   the venv (default $TSM_DS_ROOT/.venv), same path on every host
-# Settable by the user (see README "Cluster"): NPROC, MASTER_ADDR, MASTER_PORT, SSH_PORT,
+# Settable by the user (see README "Clusters"): NPROC, MASTER_ADDR, MASTER_PORT, SSH_PORT,
 # TSM_DS_ENV_FILE (NAME=VALUE lines for every rank), TSM_DS_FORWARD_ENV ("VAR1 VAR2": more
 # variables to forward), NO_SSH_CHECK=1, TSM_DS_DIST_TIMEOUT.
 
@@ -14,14 +17,32 @@ TSM_DS_VENV=${TSM_DS_VENV:-$TSM_DS_ROOT/.venv}
 tsm_die() { echo "launch: $*" >&2; exit 2; }
 tsm_log() { echo "launch: $*" >&2; }
 
+# a script's usage: its comment block after the shebang (up to the first #SBATCH or code line)
+tsm_usage() { awk 'NR == 1 && /^#!/ { next } /^#SBATCH/ || !/^#/ { exit } { sub(/^# ?/, ""); print }' "$1"; }
+
+# -h / --help among the arguments before '--' (after it they are train.py's)
+tsm_help_requested() {
+  local a
+  for a in "$@"; do case "$a" in --) return 1;; -h|--help) return 0;; esac; done
+  return 1
+}
+
+# python -m tsm_ds.cli.launch_helper QUERY ARGS: this checkout's helper with the venv's python
+# (no torch import); a failed query has printed "launch: ..." and returns 2
+tsm_helper() {
+  [ -x "$TSM_DS_VENV/bin/python" ] || tsm_die "no venv at $TSM_DS_VENV: run 'bash launch/setup.sh' first (on every host, or on a shared filesystem), or set TSM_DS_VENV"
+  PYTHONPATH="$TSM_DS_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$TSM_DS_VENV/bin/python" -m tsm_ds.cli.launch_helper "$@"
+}
+
 # venv on PATH (its ninja: DeepSpeed's op cache is not rebuilt), the op cache in the venv,
-# DS_ACCELERATOR=cpu when this node has no CUDA device
+# DS_ACCELERATOR=cpu when this node has no CUDA device (the helper's torch-free check)
 tsm_setup_env() {
   [ -x "$TSM_DS_VENV/bin/python" ] || tsm_die "no venv at $TSM_DS_VENV: run 'bash launch/setup.sh' first (on every host, or on a shared filesystem)"
   export PATH="$TSM_DS_VENV/bin:$PATH"
   export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$TSM_DS_VENV/torch_extensions}
-  if [ -z "${DS_ACCELERATOR:-}" ] && ! "$TSM_DS_VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    export DS_ACCELERATOR=cpu
+  if [ -z "${DS_ACCELERATOR:-}" ]; then
+    local acc; acc=$(tsm_helper accelerator) || exit $?
+    [ "$acc" != cpu ] || export DS_ACCELERATOR=cpu
   fi
 }
 
@@ -34,71 +55,37 @@ tsm_prebuild_op() {
     || tsm_log "warning: prebuilding DeepSpeed's CPU comm op failed; the ranks will try again"
 }
 
-# ranks on this node: NPROC, else the GPUs of the allocation (SLURM), else the visible GPUs, else 1 (CPU)
-tsm_ranks_per_node() {
-  if [ -n "${NPROC:-}" ]; then echo "$NPROC"; return; fi
-  if [ "${DS_ACCELERATOR:-}" = cpu ]; then echo 1; return; fi
-  if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then echo "$SLURM_GPUS_ON_NODE"; return; fi
-  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .; return; fi
-  local n; n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-  echo "${n:-1}" | awk '{print ($1 > 0 ? $1 : 1)}'
-}
+# ranks on this node: NPROC, else $1 (default 1) CPU ranks, else the allocation's / visible GPUs
+tsm_ranks_per_node() { tsm_helper ranks-per-node "${1:-1}"; }
 
-# threads per rank = cores of this node (of the allocation under SLURM) / ranks on it
+# OMP_NUM_THREADS = cores of this node (of the allocation under SLURM) / ranks on it, unless set
 tsm_set_threads() {
-  local ranks=$1 cores
-  cores=${SLURM_CPUS_ON_NODE:-$(nproc)}
-  if [ -z "${OMP_NUM_THREADS:-}" ]; then
-    export OMP_NUM_THREADS=$(( cores / ranks > 0 ? cores / ranks : 1 ))
-  fi
-  tsm_log "$ranks rank(s) on $(hostname), $cores cores: OMP_NUM_THREADS=$OMP_NUM_THREADS"
+  local ranks=$1 out
+  out=$(tsm_helper threads "$ranks") || exit $?
+  set -- $out   # threads cores
+  [ -n "${OMP_NUM_THREADS:-}" ] || export OMP_NUM_THREADS=$1
+  tsm_log "$ranks rank(s) on $(hostname), $2 cores: OMP_NUM_THREADS=$OMP_NUM_THREADS"
 }
 
-# host names of a DeepSpeed hostfile, in order (comments and blank lines skipped)
-tsm_hostfile_hosts() {
-  [ -f "$1" ] || tsm_die "hostfile $1 not found (one line per host: '<host> slots=<ranks>')"
-  sed -e 's/#.*//' "$1" | awk 'NF { print $1 }'
-}
+# host names of a DeepSpeed hostfile, in order (a malformed or missing file stops with file:line)
+tsm_hostfile_hosts() { tsm_helper hosts "$1"; }
 
-tsm_ssh() {   # ssh as the launcher uses it (batch mode: never a password prompt)
-  local host=$1; shift
-  ssh -o BatchMode=yes -o ConnectTimeout=10 ${SSH_PORT:+-p "$SSH_PORT"} "$host" "$@"
-}
-
-# every host of the hostfile answers ssh without a prompt; otherwise stop with ssh's own words
-# (DeepSpeed's launcher says only "host=X was not reachable via ssh", and only for the first host)
-tsm_check_ssh() {
-  local hostfile=$1 host err failed=0
-  for host in $(tsm_hostfile_hosts "$hostfile"); do
-    if ! err=$(tsm_ssh "$host" true 2>&1 </dev/null); then
-      tsm_log "ssh $host failed: ${err:-exit status $?}"
-      case "$err" in
-        *"Host key verification failed"*|*"host key"*)
-          tsm_log "  fix: add its host key: ssh-keyscan ${SSH_PORT:+-p $SSH_PORT }$host >> ~/.ssh/known_hosts (check the fingerprint)";;
-        *"Permission denied"*)
-          tsm_log "  fix: passwordless login: ssh-copy-id ${SSH_PORT:+-p $SSH_PORT }$host";;
-        *"Connection refused"*|*"timed out"*|*"No route"*|*"Could not resolve"*)
-          tsm_log "  fix: the host is down, sshd is not running there, or the name/port is wrong (SSH_PORT=${SSH_PORT:-22})";;
-      esac
-      failed=1
-    fi
-  done
-  [ "$failed" = 0 ] || tsm_die "not every host of $hostfile is reachable by ssh (NO_SSH_CHECK=1 skips this check)"
-}
+# every host of the hostfile answers ssh without a prompt; otherwise stop with ssh's own words and
+# the fix per host (DeepSpeed's launcher says only "host=X was not reachable via ssh", first host only)
+tsm_check_ssh() { tsm_helper check-ssh "$1" "${SSH_PORT:-}" || exit $?; }
 
 # a free TCP port: from SLURM_JOB_ID under SLURM (every node computes the same one), else one
 # free here and, with a host given, checked free on that host (where rank 0 listens)
 tsm_free_port() {
-  local host=${1:-} port try
-  if [ -n "${SLURM_JOB_ID:-}" ]; then echo $(( 20000 + SLURM_JOB_ID % 20000 )); return; fi
-  for try in 1 2 3 4 5; do
-    port=$("$TSM_DS_VENV/bin/python" -c "import socket; s=socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")
-    if [ -z "$host" ] || tsm_ssh "$host" "$TSM_DS_VENV/bin/python -c \"import socket; socket.socket().bind(('', $port))\"" </dev/null 2>/dev/null; then
-      echo "$port"; return
-    fi
-  done
-  tsm_die "no free port found on $host in 5 tries: set MASTER_PORT"
+  if [ -n "${1:-}" ]; then tsm_helper port "$1" "${SSH_PORT:-}"; else tsm_helper port; fi
 }
+
+# the recipe without CONFIG / --deepspeed_config: training's own default for this accelerator
+tsm_default_recipe() { tsm_helper default-recipe; }
+
+# an exit status by name (preempted -> 75), and one line on what a status means
+tsm_exit_code() { tsm_helper exit-code "$1"; }
+tsm_explain_exit() { tsm_log "exit status $1: $(tsm_helper explain-exit "$1" 2>&1)"; }
 
 # NAME=VALUE lines from a user's env file, checked (DeepSpeed 0.19.8 splits every line on '=':
 # comments and blank lines crash it); prints the good lines, stops on a bad one naming file:line
@@ -135,31 +122,17 @@ tsm_source_env_file() {
   while IFS= read -r line; do export "${line?}"; done < <(tsm_read_env_file "$1")
 }
 
-# launcher options before the training flags: --hostfile --ssh_port --include --exclude
-# --master_addr --master_port --num_nodes --num_gpus/--nproc --launcher; '--' ends them.
-# Sets LAUNCH_OPTS (array, for deepspeed) and TRAIN_ARGS (array, for train.py).
+# the script's arguments: its launcher options, then '--', then train.py's flags; an option the
+# script does not accept stops here naming those it accepts. $1: single, multi or slurm.
+# Sets HOSTFILE / SSH_PORT / MASTER_ADDR / MASTER_PORT / NPROC when given, LAUNCH_OPTS (array, for
+# deepspeed) and TRAIN_ARGS (array, for train.py).
 tsm_parse_args() {
+  local kind=$1 out
+  shift
   LAUNCH_OPTS=(); TRAIN_ARGS=()
-  while [ $# -gt 0 ]; do
-    case "$1" in
-      --hostfile) HOSTFILE=$2; shift 2;;
-      --ssh_port) SSH_PORT=$2; shift 2;;
-      --master_addr) MASTER_ADDR=$2; shift 2;;
-      --master_port) MASTER_PORT=$2; shift 2;;
-      --num_gpus|--nproc) NPROC=$2; shift 2;;
-      --include|--exclude|--num_nodes|--launcher) LAUNCH_OPTS+=("$1" "$2"); shift 2;;
-      --) shift; break;;
-      *) break;;
-    esac
-  done
-  TRAIN_ARGS=("$@")
+  out=$(tsm_helper launch-args "$kind" "$@") || exit $?
+  eval "$out"   # NAME='value' lines and two arrays, quoted by the helper (shlex.quote)
 }
 
-# training's --output-dir from TRAIN_ARGS (train.py's default: runs)
-tsm_run_dir() {
-  local i d=runs
-  for ((i = 0; i < ${#TRAIN_ARGS[@]}; i++)); do
-    case "${TRAIN_ARGS[i]}" in --output-dir) d=${TRAIN_ARGS[i+1]:-runs};; --output-dir=*) d=${TRAIN_ARGS[i]#*=};; esac
-  done
-  echo "$d"
-}
+# training's --output-dir for TRAIN_ARGS (train.py's default: runs); bad training flags stop here
+tsm_run_dir() { tsm_helper output-dir "${TRAIN_ARGS[@]}"; }

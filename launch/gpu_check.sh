@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     --dry-run) MODE=dry ;;
     --out) OUTDIR="$2"; shift ;;
     --data) DATA="$2"; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR == 1 && /^#!/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

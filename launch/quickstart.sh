@@ -9,7 +9,10 @@
 #
 # Without ../shared (and without TSM_DS_DATA / --data) train.py generates the demo dataset
 # (tsm_ds.data.synthetic) or, if that module is missing, stops and says which data it needs.
+# Settings: NPROC (2 ranks), MASTER_PORT (a free one), TSM_DS_CONFIG (ds_configs/cpu_fp32.json:
+# fp32 SGD runs on GPUs as well). train.py's own flags: python -m tsm_ds.train --help.
 set -euo pipefail
+case "${1:-}" in -h|--help) awk 'NR == 1 && /^#!/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0;; esac
 cd "$(dirname "$0")/.."
 bash launch/setup.sh
 source launch/common.sh   # venv on PATH, DeepSpeed's op cache in .venv/torch_extensions, DS_ACCELERATOR
@@ -30,11 +33,8 @@ else
 fi
 
 launcher=(deepspeed --num_gpus "$NPROC" --master_port "${MASTER_PORT:-$(tsm_free_port)}")
-if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  CONFIG=${TSM_DS_CONFIG:-ds_configs/cpu_fp32.json}      # fp32 SGD runs on GPUs as well
-else
-  export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu}           # DeepSpeed's CPU accelerator (gloo)
-  CONFIG=${TSM_DS_CONFIG:-ds_configs/cpu_fp32.json}
+CONFIG=${TSM_DS_CONFIG:-ds_configs/cpu_fp32.json}        # fp32 SGD runs on GPUs as well
+if [ "${DS_ACCELERATOR:-}" = cpu ]; then                 # set by tsm_setup_env without CUDA (gloo)
   # every rank needs its own cores (2 unpinned ranks on 2 cores run ~10x slower): pin with
   # numactl when present, else train.py sets torch threads = cores / local ranks
   if command -v numactl >/dev/null; then launcher+=(--bind_cores_to_rank); fi

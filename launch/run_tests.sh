@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The test command: set up ./.venv if needed, then run the whole suite (slow end-to-end tests included).
+#   bash launch/run_tests.sh                              # everything (what CI runs)
+#   bash launch/run_tests.sh -m "not slow" -x -q tests/models   # any pytest arguments are passed on
+# pytest's own options: .venv/bin/python -m pytest --help.
 set -euo pipefail
+case "${1:-}" in -h|--help) awk 'NR == 1 && /^#!/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0;; esac
 cd "$(dirname "$0")/.."
 bash launch/setup.sh
 bash launch/cluster/install.sh || echo "launch/cluster/install.sh failed: the cluster tests skip (fail under CI=true)" >&2

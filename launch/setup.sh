@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Create ./.venv and install tsm_ds with everything it needs (idempotent; ~1-2 min the first time).
 # torch/torchvision are pinned to the wheels on this machine's disk (see setup.py).
+#   bash launch/setup.sh          # PYTHON=python3.12 to choose the interpreter of the venv
 set -euo pipefail
+case "${1:-}" in -h|--help) awk 'NR == 1 && /^#!/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0;; esac
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

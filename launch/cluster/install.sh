@@ -8,6 +8,7 @@
 # edited: launch/cluster/harness.py runs its own daemons under a temp dir.
 #   bash launch/cluster/install.sh          # prints the time it took
 set -euo pipefail
+case "${1:-}" in -h|--help) awk 'NR == 1 && /^#!/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0;; esac
 need=(sshd ssh ssh-keygen pdsh slurmctld slurmd sbatch srun scontrol munged mungekey)
 missing=()
 for p in "${need[@]}"; do

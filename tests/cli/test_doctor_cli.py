@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,91 @@ def test_communication_under_the_launcher(tmp_path):
     v = rep["sections"]["verdict"]["values"]
     assert v["comm_vs_compute"] == pytest.approx(m["allreduce_s"] / c["step_s"])
     assert v["bound"] in ("compute", "communication")   # no data section: the loader is not in play
+
+
+def test_report_header_names_the_model_the_doctor_measured():
+    """doctor.md's header: the model the sections built, after the doctor's own defaults; none for a
+    cluster-only run (the launch preflight), whatever training's flags are."""
+    from tsm_ds.bench.doctor import DoctorSettings, section_result
+    from tsm_ds.bench.doctor.report import build_report, markdown, measured
+
+    s = DoctorSettings(arch="resnet18", num_segments=2, img_size=32, recipe="cpu_fp32").as_dict()
+    comp = section_result("compute", values={"arch": "resnet18", "num_segments": 2, "img_size": 32})
+    rep = build_report(s, {"environment": section_result("environment"), "compute": comp, "data": section_result("data")})
+    assert measured(rep) == "model resnet18 2x32 (compute, data), recipe cpu_fp32"
+    assert markdown(rep).splitlines()[2].endswith("; model resnet18 2x32 (compute, data), recipe cpu_fp32")
+    quick = DoctorSettings(quick=True).resolved(False).as_dict()          # resnet18 8x64 after the defaults
+    failed = section_result("compute", status="failed")
+    assert measured(build_report(quick, {"compute": failed})) == "model resnet18 8x64 (compute), recipe cpu_fp32"
+    rec = section_result("recipes", values={"arch": "resnet18", "num_segments": 8, "img_size": 64})
+    assert (measured(build_report(quick, {"environment": section_result("environment"), "recipes": rec}))
+            == "recipe smoke model resnet18 8x64, recipe cpu_fp32")
+    full = DoctorSettings().resolved(False).as_dict()                     # resnet50 8x224: not measured here
+    assert measured(build_report(full, {"cluster": section_result("cluster")})) == "no model measured (cluster)"
+
+
+def _local_ssh(tmp_path: Path, monkeypatch) -> None:
+    """An ``ssh`` on PATH that runs its command on this machine (options and host dropped): the
+    cluster section's remote probes, without sshd."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text('#!/bin/sh\nwhile [ $# -gt 1 ]; do case "$1" in -o|-p) shift 2;; *) shift; break;; '
+                                'esac; done\nexec sh -c "$*"\n')
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+
+
+def _cluster_doctor(tmp_path, name, *args):
+    hf = tmp_path / "hosts"
+    hf.write_text("localhost slots=1\n")
+    out = tmp_path / name
+    rc = cli.main(["--hostfile", str(hf), "--run-dir", str(tmp_path / "run"), "--out", str(out), "--no-progress",
+                   *args])
+    rep = json.loads((out / "doctor.json").read_text())
+    rows = {(r["host"], r["check"]): r for r in rep["sections"]["cluster"]["rows"]}
+    return rc, rep, rows, out
+
+
+def test_cluster_check_of_a_master_addr_that_does_not_resolve_says_only_that(tmp_path, monkeypatch, capsys):
+    _local_ssh(tmp_path, monkeypatch)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc, rep, rows, out = _cluster_doctor(tmp_path, "unresolved", "--master-addr", "no-such-host.invalid",
+                                         "--master-port", str(port))
+    assert rc == 1
+    assert rows[("localhost", "ssh")]["status"] == "ok" and rows[("localhost", "python")]["status"] == "ok"
+    addr = rows[("localhost", "master address")]
+    assert addr["status"] == "failed"
+    assert addr["detail"].startswith("no-such-host.invalid does not resolve on localhost: ")
+    # the fix names the option as the launch scripts and this command spell it
+    assert "launch scripts: --master_addr, tsm-ds doctor: --master-addr" in addr["fix"]
+    assert rows[("localhost", "master port")] == {
+        "host": "localhost", "check": "master port", "status": "skipped", "fix": "",
+        "detail": "not checked: no-such-host.invalid does not resolve on localhost"}
+    assert "another process holds" not in (out / "doctor.json").read_text()
+    table = capsys.readouterr().out.split("cluster checks that failed:", 1)[1]
+    assert "master address" in table and "master port" not in table and table.count("fix:") == 1
+    assert rep["sections"]["cluster"]["values"]["failed_checks"] == 1
+    # the header names no model: the preflight measured none (it said "model resnet50 8x224")
+    assert (out / "doctor.md").read_text().splitlines()[2].endswith("; no model measured (cluster)")
+
+
+def test_cluster_check_of_a_held_port_and_of_a_foreign_address(tmp_path, monkeypatch):
+    _local_ssh(tmp_path, monkeypatch)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        rc, _, rows, _ = _cluster_doctor(tmp_path, "held", "--master-addr", "127.0.0.1", "--master-port", str(port))
+    assert rc == 1
+    assert rows[("localhost", "master address")]["status"] == "ok"
+    row = rows[("localhost", "master port")]
+    assert row["status"] == "failed" and "Address already in use" in row["detail"]
+    assert row["fix"] == (f"another process holds port {port} on localhost: pick another MASTER_PORT "
+                          "(launch scripts: --master_port, tsm-ds doctor: --master-port), or stop it")
+    # 192.0.2.1 (TEST-NET-1) resolves but is no address of this host: not "another process holds"
+    rc, _, rows, _ = _cluster_doctor(tmp_path, "foreign", "--master-addr", "192.0.2.1", "--master-port", str(port))
+    row = rows[("localhost", "master port")]
+    assert rc == 1 and row["status"] == "failed" and "another process" not in row["fix"]
+    assert row["fix"].startswith("192.0.2.1 (192.0.2.1) is not an address of localhost, where rank 0 listens")

@@ -1,25 +1,40 @@
-"""launch/common.sh, the shared preamble of the launch scripts: env files DeepSpeed 0.19.8 can
-parse, launcher options apart from train.py's flags, ranks and threads per node, SLURM ports."""
+"""launch/common.sh and the launch scripts: env files DeepSpeed 0.19.8 can parse, launcher options
+apart from train.py's flags (unknown ones refused before anything starts), ranks and threads per
+node, SLURM ports, the default recipe, the exit status of a preemption, every script's --help.
+The answers come from ``python -m tsm_ds.cli.launch_helper`` (tests/cli/test_launch_helper.py)."""
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = REPO / "launch" / "common.sh"
+#: the venv the scripts use here: the interpreter running the tests (its bin/python)
+VENV = os.environ.get("TSM_DS_VENV") or (sys.prefix if (Path(sys.prefix) / "bin" / "python").exists()
+                                         else str(REPO / ".venv"))
+_CLEAN = ("NPROC", "SLURM_JOB_ID", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_ON_NODE", "OMP_NUM_THREADS", "TSM_DS_ENV_FILE",
+          "CUDA_VISIBLE_DEVICES", "HOSTFILE", "MASTER_ADDR", "MASTER_PORT", "SSH_PORT", "NODE_RANK", "CONFIG")
+
+
+def _env(env: dict | None) -> dict:
+    full = {k: v for k, v in os.environ.items() if k not in _CLEAN}
+    full["TSM_DS_VENV"] = VENV
+    full.update(env or {})
+    return full
 
 
 def _bash(script: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    full = dict(os.environ)
-    for k in ("NPROC", "SLURM_JOB_ID", "SLURM_GPUS_ON_NODE", "SLURM_CPUS_ON_NODE", "OMP_NUM_THREADS",
-              "TSM_DS_ENV_FILE", "CUDA_VISIBLE_DEVICES"):
-        full.pop(k, None)
-    full.update(env or {})
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; source {COMMON}; {script}"], env=full, cwd=cwd,
+    return subprocess.run(["bash", "-c", f"set -euo pipefail; source {COMMON}; {script}"], env=_env(env), cwd=cwd,
                           capture_output=True, text=True, timeout=60)
+
+
+def _script(path: str, *args, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(REPO / path), *args], env=_env(env), cwd=cwd or REPO, capture_output=True,
+                          text=True, timeout=120)
 
 
 def _deepspeed_parse(text: str) -> dict:
@@ -63,12 +78,75 @@ def test_bad_env_line_stops_naming_file_and_line(tmp_path):
 
 
 def test_launcher_options_apart_from_training_flags():
-    p = _bash('tsm_parse_args --hostfile h --ssh_port 2222 --include "a:0" --master_port 29600 -- --data d --lr 0.1; '
-              'echo "$HOSTFILE|$SSH_PORT|$MASTER_PORT|${LAUNCH_OPTS[*]}|${TRAIN_ARGS[*]}"')
+    p = _bash('tsm_parse_args multi --hostfile h --ssh_port 2222 --include "a:0" --master_port 29600 -- --data d '
+              '--lr 0.1; echo "$HOSTFILE|$SSH_PORT|$MASTER_PORT|${LAUNCH_OPTS[*]}|${TRAIN_ARGS[*]}"')
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "h|2222|29600|--include a:0|--data d --lr 0.1"
-    p = _bash('tsm_parse_args --data d --hostfile x; echo "${#LAUNCH_OPTS[@]}|${TRAIN_ARGS[*]}|${HOSTFILE:-none}"')
+    p = _bash('tsm_parse_args multi --data d --hostfile x; echo "${#LAUNCH_OPTS[@]}|${TRAIN_ARGS[*]}|${HOSTFILE:-none}"')
     assert p.stdout.strip() == "0|--data d --hostfile x|none"   # the first training flag ends the launcher's
+
+
+@pytest.mark.parametrize("script,args,message", [
+    # the newcomer's --master-addr: refused, with the spelling the script accepts and its options
+    ("launch/train_multi_node.sh", ["--hostfile", "h", "--master-addr", "10.0.0.1", "--", "--data", "d"],
+     "launch/train_multi_node.sh: unknown option --master-addr: the launcher option is spelled --master_addr; "
+     "its options: --hostfile, --ssh_port, --master_addr, --master_port, --include, --exclude, --num_nodes, "
+     "--launcher"),
+    ("launch/train_single_node.sh", ["--master-port", "29600", "--data", "d"],
+     "unknown option --master-port: the launcher option is spelled --master_port"),
+    ("launch/slurm_train.sbatch", ["--hostfile", "h", "--", "--data", "d"],
+     "--hostfile is an option of launch/train_multi_node.sh, not of this script"),
+])
+def test_scripts_refuse_unknown_options_before_anything_starts(script, args, message, tmp_path):
+    p = _script(script, *args, env={"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node-a"})
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr
+    assert "deepspeed" not in p.stderr.replace("python -m tsm_ds.train", "")   # nothing launched
+
+
+def test_multi_node_without_a_hostfile_says_how_to_give_one():
+    p = _script("launch/train_multi_node.sh", "--", "--data", "d")
+    assert p.returncode == 2
+    assert "no hostfile: give --hostfile FILE or set HOSTFILE" in p.stderr and "--help" in p.stderr
+
+
+@pytest.mark.parametrize("script,first_line", [
+    ("launch/train_single_node.sh", "One machine, NPROC ranks"),
+    ("launch/train_multi_node.sh", "Several machines listed in a hostfile"),
+    ("launch/slurm_train.sbatch", "SLURM: one task per node"),
+    ("launch/quickstart.sh", "The README's first command"),
+    ("launch/run_tests.sh", "The test command"),
+    ("launch/setup.sh", "Create ./.venv and install tsm_ds"),
+    ("launch/gpu_check.sh", "The GPU proof"),
+    ("launch/cluster/install.sh", "Install the system packages of the cluster tests"),
+])
+def test_every_script_help_prints_its_usage_and_exits_0(script, first_line, tmp_path):
+    """--help works from any folder, without a venv, a hostfile or SLURM, and starts nothing."""
+    for flag in ("--help", "-h"):
+        p = subprocess.run(["bash", str(REPO / script), flag], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60, env={**_env(None), "TSM_DS_VENV": str(tmp_path / "no_venv")})
+        assert p.returncode == 0, (script, p.stderr)
+        assert p.stdout.splitlines()[0].startswith(first_line), p.stdout
+        assert "#" not in p.stdout.splitlines()[0] and "set -" not in p.stdout and "#SBATCH" not in p.stdout
+    assert not list(tmp_path.iterdir())   # nothing created (no venv, no runs/)
+    if script.startswith("launch/train") or script.endswith(".sbatch"):
+        assert "Launcher options:" in p.stdout
+
+
+def test_harness_help():
+    p = subprocess.run([sys.executable, str(REPO / "launch" / "cluster" / "harness.py"), "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("usage: harness.py")
+
+
+def test_default_recipe_and_preempted_status_come_from_python():
+    from tsm_ds.utils.exits import EXIT_PREEMPTED
+
+    assert _bash("tsm_default_recipe", env={"DS_ACCELERATOR": "cpu"}).stdout.strip() == "cpu_fp32"
+    assert _bash("tsm_default_recipe", env={"DS_ACCELERATOR": "cuda"}).stdout.strip() == "gpu_fp16"
+    assert _bash("tsm_exit_code preempted").stdout.strip() == str(EXIT_PREEMPTED) == "75"
+    p = _bash("tsm_explain_exit 255")
+    assert p.stderr.startswith("launch: exit status 255: pdsh's status")
 
 
 @pytest.mark.parametrize("env,expected", [

@@ -70,6 +70,26 @@ def test_doctor_reports_unknown_host_key_unreachable_host_and_unshared_run_dir(c
     assert table.count("fix:") == 4
 
 
+def test_doctor_reports_a_master_addr_that_does_not_resolve_as_that_alone(cluster):
+    """The newcomer's trial: MASTER_ADDR a name no host knows. The check says it does not resolve and
+    what to do; the port is not checked (it said "another process holds port N" before)."""
+    hostfile = cluster.shared / "hosts_doctor_addr"
+    hostfile.write_text("node-a slots=1\nnode-b slots=1\n")
+    out = cluster.shared / "doctor_addr"
+    p = _doctor(cluster, hostfile, out, "--run-dir", str(cluster.shared / "doctor_run_addr"),
+                "--master-addr", "node-x.invalid", "--master-port", "29533")
+    assert p.returncode == 1, p.stdout
+    sec, rows = _rows(out)
+    for host in ("node-a", "node-b"):
+        row = rows[(host, "master address")]
+        assert row["status"] == "failed" and row["detail"].startswith(f"node-x.invalid does not resolve on {host}")
+        assert "--master_addr" in row["fix"] and "--master-addr" in row["fix"]
+    assert rows[("node-a", "master port")]["status"] == "skipped"
+    assert "another process holds" not in (out / "doctor.json").read_text()
+    assert sec["values"]["failed_checks"] == 2
+    assert (out / "doctor.md").read_text().splitlines()[2].endswith("; no model measured (cluster)")
+
+
 def test_hostfile_errors_name_the_line(tmp_path):
     f = tmp_path / "hosts"
     f.write_text("node-a slots=2\nnode-b  # one rank\n")

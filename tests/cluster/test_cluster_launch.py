@@ -4,8 +4,10 @@ optimizer steps per epoch):
 
 - ``launch/train_multi_node.sh`` with a hostfile of node-a and node-b (pdsh over ssh) trains an
   epoch, then a second launch resumes it (``--resume auto``) into the second epoch;
-- a host that is down, listed second: the ssh check stops at once naming it with ssh's own error,
-  and without the check (``NO_SSH_CHECK=1``) the ranks stop after ``--dist-timeout`` naming it;
+- a host that is down, listed second: the ssh check stops at once naming it with ssh's own error
+  and the fix (exit 2), and without the check (``NO_SSH_CHECK=1``) rank 0 stops after
+  ``--dist-timeout`` naming it (its exit 5) while the script exits 255, pdsh's status (the
+  README's exit codes), and says so in its last line;
 - ``sbatch launch/slurm_train.sbatch`` on 2 nodes x 1 rank, each node with a private /tmp, trains;
   the time-limit signal (USR1, sent with ``scancel --signal``) makes the ranks save and exit 75,
   the script requeues the job and the second start resumes from that checkpoint and finishes
@@ -98,17 +100,23 @@ def test_down_host_listed_second_fails_naming_it(cluster, shared_data, keep_logs
     args = train_argv(**common)
     # the launch script's ssh check: stops before any rank starts, with ssh's own error
     p, secs = _multi_node(cluster, ["node-a", "node-down"], args, timeout=120)
-    assert p.returncode != 0
+    assert p.returncode == 2, p.stdout[-3000:]
     assert re.search(r"ssh node-down failed: .*Connection refused", p.stdout), p.stdout[-3000:]
+    assert f"fix: nothing listens for ssh on node-down port {cluster.ssh_port}" in p.stdout
+    assert "ssh node-a failed" not in p.stdout
     assert "global_rank_mapping" not in p.stdout   # no rank was started
     print(f"down host, ssh check: failed after {secs:.1f} s")
     # without the check: pdsh cannot reach node-down, rank 0 on node-a stops after --dist-timeout
     # (not DeepSpeed's 10-minute store timeout) and names the missing rank's host
     p, secs = _multi_node(cluster, ["node-a", "node-down"], train_argv(**common, distributed__dist_timeout=10),
                           env={"NO_SSH_CHECK": "1", "SKIP_DOCTOR": "1"}, timeout=300)
-    assert p.returncode != 0
+    # what the user sees (README, exit codes): pdsh's status 255, the rank's own 5 in pdsh's lines
+    assert p.returncode == 255, p.stdout[-3000:]
     assert "Connection refused" in p.stdout, p.stdout[-3000:]
     assert re.search(r"did not join within 10 s .*rank 1 on node-down", p.stdout), p.stdout[-3000:]
+    assert re.search(r"^pdsh@\S+: node-down: ssh exited with exit code 255$", p.stdout, re.M), p.stdout[-3000:]
+    assert re.search(r"^pdsh@\S+: node-a: ssh exited with exit code 5$", p.stdout, re.M), p.stdout[-3000:]
+    assert p.stdout.rstrip().splitlines()[-1].startswith("launch: exit status 255: pdsh's status")
     print(f"down host, no ssh check, --dist-timeout 10: failed after {secs:.1f} s")
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 from tsm_ds.config import Config, parse
 from tsm_ds.config.commands import TRAIN
 from tsm_ds.config.fields import build_parser as build_parser_for
+from tsm_ds.utils.exits import (EXIT_CONFIG, EXIT_DIVERGED, EXIT_OK, EXIT_PREEMPTED, EXIT_RENDEZVOUS,
+                                EXIT_SAVE_FAILED)
 
 #: the fields ``tsm_ds.train`` uses: every section of a training run (:data:`tsm_ds.config.commands.TRAIN`)
 COMMAND = TRAIN
@@ -43,8 +45,14 @@ TUNE_FROM_FIELDS = ("arch", "shift", "shift_div", "shift_place", "temporal_pool"
 
 
 def default_recipe() -> str:
-    """The engine recipe without ``--deepspeed_config``: cpu_fp32 on DeepSpeed's CPU accelerator, else gpu_fp16."""
-    return "cpu_fp32" if os.environ.get("DS_ACCELERATOR") == "cpu" else "gpu_fp16"
+    """The engine recipe without ``--deepspeed_config``: cpu_fp32 on DeepSpeed's CPU accelerator, else
+    gpu_fp16 (:func:`tsm_ds.utils.node.default_recipe`, the launch scripts' ``CONFIG`` default too).
+    The accelerator is ``DS_ACCELERATOR`` (set by :func:`main` before this is asked), else the
+    torch-free CUDA check of :func:`tsm_ds.utils.node.accelerator`."""
+    from tsm_ds.utils.node import accelerator
+    from tsm_ds.utils.node import default_recipe as recipe_for
+
+    return recipe_for(accelerator(os.environ))
 
 
 def run_dir_of(cfg: Config, recipe_path: str | Path) -> Path:
@@ -154,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     stopped it; nothing non-finite was saved), 4 when a checkpoint could not be written, 5 when
     not every rank joined within --dist-timeout, 75 (EX_TEMPFAIL) when a stop signal made the run
     save and stop (resume with --resume auto); the hang watchdog exits 6 from its own thread
-    (:mod:`tsm_ds.engine.watchdog`). Every rank also logs to ``<run>/logs/rank<r>.log``.
+    (:mod:`tsm_ds.engine.watchdog`). The statuses are the constants of :mod:`tsm_ds.utils.exits`.
+    Every rank also logs to ``<run>/logs/rank<r>.log``.
     """
     from tsm_ds.engine.dist import set_accelerator_env, set_threads
 
@@ -173,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, notes = parse_config(argv)
     except (FileNotFoundError, ConfigTreeError, ValueError) as e:
         log.error("%s", e)
-        return 2
+        return EXIT_CONFIG
     for note in notes:
         (log.warning if "no option any more" in note else log.info)("%s", note)
     if acc_msg:
@@ -202,7 +211,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
 
     import torch
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
-    from tsm_ds.engine.guard import EXIT_DIVERGED, DivergenceError, GuardSettings
+    from tsm_ds.engine.guard import DivergenceError, GuardSettings
     from tsm_ds.engine.safe_load import UntrustedCheckpointError
     from tsm_ds.engine.settings import run_summary
     from tsm_ds.engine.trainer import Trainer, TrainSettings
@@ -214,7 +223,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         engine_json = load_config(cfg_path)
     except ConfigError as e:
         log.error("%s", e)
-        return 2
+        return EXIT_CONFIG
 
     torch.manual_seed(sch.seed)
     from tsm_ds.data.splits import build_datasets
@@ -224,14 +233,14 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
                                             seed=sch.seed, flip=flip)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         log.error("data: %s", e)
-        return 2
+        return EXIT_CONFIG
     class_names, desc = split.class_names, split.description
     log.info("data: %s; %d train clips, %d val clips, %d classes", desc, len(train_set),
              len(val_set) if val_set is not None else 0, len(class_names))
     if d.cache_decoded:   # decoded here, once: forked DataLoader workers share the frames
         if not d.cache_decoded_max_mb > 0:
             log.error("--cache-decoded-max-mb %s: give a size limit > 0 (MiB)", d.cache_decoded_max_mb)
-            return 2
+            return EXIT_CONFIG
         from tsm_ds.data.clip_cache import attach_frame_cache
         _, cache_stats = attach_frame_cache([train_set, val_set], max_mb=d.cache_decoded_max_mb)
         log.info("--cache-decoded: %(videos)d videos, %(mb).0f of %(max_mb).0f MiB, decoded in %(seconds).1f s "
@@ -247,7 +256,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
                                         trust=cfg.checkpoint.trust_checkpoint)
         except (FileNotFoundError, ValueError, RuntimeError) as e:
             log.error("--tune-from %s: %s", m.tune_from, e)
-            return 2
+            return EXIT_CONFIG
         log.info("--tune-from %s (%s %s): %d tensors loaded, replaced (shape differs): %s", m.tune_from,
                  rep["source"], rep["path"], rep["loaded"], rep["skipped"] or "none")
     run_dir = run_dir_of(cfg, cfg_path)
@@ -278,16 +287,16 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     if dbg.inject_signal_at_step is not None and settings.stop_signals:
         extra = (SignalSelf(dbg.inject_signal_at_step, dbg.inject_signal_rank, settings.stop_signals[0]),)
     trainer = Trainer(model, train_set, val_set, engine_json, settings, hooks=default_hooks(settings, extra=extra))
-    from tsm_ds.engine.preempt import EXIT_PREEMPTED, Preempted
+    from tsm_ds.engine.preempt import Preempted
     from tsm_ds.engine.rendezvous import RendezvousError
     try:
         trainer.setup()
     except ConfigError as e:
         log.error("engine JSON %s: %s", cfg_path, e)
-        return 2
+        return EXIT_CONFIG
     except RendezvousError as e:   # every rank: its own view (rank 0 names the missing ranks)
         log.error("%s", e)
-        return 5
+        return EXIT_RENDEZVOUS
     import torch.distributed as dist
     rank = dist.get_rank() if dist.is_initialized() else rank   # (an MPI launch sets no $RANK)
     try:
@@ -299,7 +308,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     except CheckpointSaveError as e:
         if rank == 0:
             log.error("%s", e)
-        return 4
+        return EXIT_SAVE_FAILED
     except Preempted as e:
         if rank == 0:
             log.warning("%s", e)
@@ -308,7 +317,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         # missing or foreign (asks to unpickle code) checkpoint
         if rank == 0:
             log.error("%s", e)
-        return 2
+        return EXIT_CONFIG
     if rank == 0:
         val = result["val"]
         summary = {k: v for k, v in run_summary(result, run_dir, result["last_metrics"]).items()
@@ -318,7 +327,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
             few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"
                    if val["count"] < 50 else "")
             print(f"val top-1 {val['top1']:.1f}% on {val['count']} validation clips{few}", flush=True)
-    return 0
+    return EXIT_OK
 
 
 

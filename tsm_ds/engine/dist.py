@@ -15,6 +15,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+# the pure parts, torch-free (the launch scripts ask them through tsm_ds.cli.launch_helper);
+# free_port stays importable from here (the benches' and tests' launches use it)
+from tsm_ds.utils.node import free_port, threads_per_rank, usable_cores
+
 
 def set_accelerator_env() -> str | None:
     """DS_ACCELERATOR=cpu when CUDA is absent and the variable is unset (before deepspeed is imported)."""
@@ -37,8 +41,8 @@ def set_threads() -> str:
     if "OMP_NUM_THREADS" in os.environ:
         return f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} given: torch threads {torch.get_num_threads()}"
     local = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    n = max(1, cores // max(1, local))
+    cores = usable_cores()
+    n = threads_per_rank(cores, local)   # the launch scripts' OMP_NUM_THREADS is the same split
     torch.set_num_threads(n)
     return f"{cores} cores / {local} local ranks: torch threads {n} (set OMP_NUM_THREADS to override)"
 
@@ -197,13 +201,6 @@ def launcher_command() -> list[str]:
         return [str(exe)]
     found = shutil.which("deepspeed")
     return [found] if found else [sys.executable, "-m", "deepspeed.launcher.runner"]
-
-
-def free_port() -> int:
-    """An unused TCP port on localhost for the launcher's rendezvous (others may hold 29500)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def hosts() -> list[str]:

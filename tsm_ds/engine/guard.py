@@ -33,9 +33,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-#: exit status of ``tsm_ds.train`` when the divergence guard stopped the run (the run's
-#: ``result.json`` says ``diverged``; ``tsm-ds bench large-batch`` reports it as a result)
-EXIT_DIVERGED = 3
+# EXIT_DIVERGED (3): the exit status of ``tsm_ds.train`` when the guard stopped the run (the run's
+# ``result.json`` says ``diverged``; ``tsm-ds bench large-batch`` reports it as a result)
+from tsm_ds.utils.exits import EXIT_DIVERGED
 
 
 class DivergenceError(RuntimeError):

@@ -73,14 +73,13 @@ import time
 from pathlib import Path
 
 from tsm_ds.engine.hooks import TrainHook
+# EXIT_HUNG (6): the exit status of a rank stopped by the watchdog (the one table: tsm_ds.utils.exits)
+from tsm_ds.utils.exits import EXIT_HUNG
 
 __all__ = ["EXIT_HUNG", "BACKSTOP_S", "Watchdog"]
 
 log = logging.getLogger("tsm_ds.train")
 
-#: exit status of a rank stopped by the watchdog (2: configuration, 3: diverged, 4: save failed,
-#: 5: rendezvous failed, 75: preempted)
-EXIT_HUNG = 6
 #: seconds after the limit at which the faulthandler backstop fires (see the module docstring)
 BACKSTOP_S = 60.0
 TRIGGER = "hang.json"

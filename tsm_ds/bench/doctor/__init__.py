@@ -34,6 +34,7 @@ from tsm_ds.bench.doctor import cluster, comm, compute, data, environment, onebi
 from tsm_ds.bench.doctor.core import (STATUSES, Context, DoctorSettings, Progress, Section,
                                       cores_available, run_sections, section_result)
 from tsm_ds.bench.doctor.report import SCHEMA, build_report, write_report
+from tsm_ds.utils.node import threads_per_rank
 
 __all__ = ["SECTIONS", "SCHEMA", "STATUSES", "DoctorSettings", "Context", "Progress", "Section",
            "section_result", "run_doctor"]
@@ -90,7 +91,7 @@ def run_doctor(settings: DoctorSettings, *, progress: bool = True, log: Callable
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     ctx = Context(settings=s, rank=rank, world=world, local_world=local, cuda=cuda, cores=cores,
-                  cores_per_device=max(1, cores // max(1, local)), out=out,
+                  cores_per_device=threads_per_rank(cores, local), out=out,
                   progress=Progress(progress and rank == 0), log=log or (lambda line: None))
     results = run_sections(ctx, sections if sections is not None else SECTIONS)
     if rank != 0:

@@ -11,7 +11,9 @@ as DeepSpeed's launcher uses it (``ssh -o BatchMode=yes [-p PORT] HOST``, no pas
 - ``master address``: MASTER_ADDR resolves on that host;
 - ``run dir``: the run dir (training's ``--output-dir``) is writable there and shared: a token
   written by each host is read by the next one (a ring), then removed;
-- ``master port`` (first host only): MASTER_PORT can be bound there;
+- ``master port`` (first host only): MASTER_PORT can be bound there on MASTER_ADDR's address
+  (not checked when that name does not resolve: the ``master address`` row alone says so; a
+  failed bind says whether another process holds the port or the address is not that host's);
 
 and once for the launching host: ``pdsh`` is installed (DeepSpeed's launcher needs it for
 several hosts). When every check passed, ``all-reduce``: every rank of the hostfile (``slots``
@@ -21,6 +23,10 @@ and sums ``rank + 1`` once: the result must be ``W (W + 1) / 2`` on every rank.
 Rows: ``{"host", "check", "status": "ok" | "failed" | "skipped", "detail", "fix"}``; any failed
 row fails the section (the command exits 1). Values: ``hosts``, ``ranks``, ``failed_checks``
 (count), ``allreduce_sum`` (None when not run), ``master_addr``, ``master_port``.
+
+The hostfile's parsing, the ssh command line and the advice per ssh error are
+:mod:`tsm_ds.utils.hosts`' (the launch scripts use them too); fixes name each option as the launch
+scripts spell it (``--master_addr``) and as this command does (``--master-addr``).
 
 Settings (``DoctorSettings.extra``): ``hostfile`` (required), ``ssh_port``, ``master_addr``
 (default the first host), ``master_port`` (default: none checked), ``run_dir`` (default the
@@ -40,13 +46,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tsm_ds.bench.doctor.core import Context, section_result
+# the hostfile and ssh's advice are the launch scripts' too (python -m tsm_ds.cli.launch_helper)
+from tsm_ds.utils.hosts import classify_ssh_error, last_lines, read_hostfile, ssh_argv
 
 __all__ = ["run", "read_hostfile", "classify_ssh_error", "ssh_argv"]
 
 # runs on each host from stdin: versions (package metadata: no torch import), the master address,
 # the run-dir token, the master port. argv: run_dir token_name token_text master_addr port_or_0
 _PROBE = r"""
-import json, os, shutil, socket, sys
+import errno, json, os, shutil, socket, sys
 from importlib import metadata
 run_dir, name, text, addr, port = sys.argv[1:6]
 out = {"python": sys.executable, "hostname": socket.gethostname(), "pdsh": shutil.which("pdsh")}
@@ -66,13 +74,14 @@ try:
     out["wrote"] = True
 except OSError as e:
     out["write_error"] = f"{type(e).__name__}: {e}"
-if int(port):
+if int(port) and "addr" in out:   # a name that does not resolve has no port to check
     try:
         with socket.socket() as s:
-            s.bind((addr, int(port)))
+            s.bind((out["addr"], int(port)))
         out["port_free"] = True
     except OSError as e:
         out["port_error"] = f"{type(e).__name__}: {e}"
+        out["port_errno"] = errno.errorcode.get(e.errno or 0, "")
 with socket.socket() as s:   # a port for the all-reduce, free now
     s.bind(("", 0))
     out["spare_port"] = s.getsockname()[1]
@@ -105,68 +114,12 @@ sys.exit(max(abs(p.exitcode or 0) for p in procs))
 _FORWARD = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")
 
 
-def read_hostfile(path: str) -> list[tuple[str, int]]:
-    """``[(host, slots), ...]`` of a DeepSpeed hostfile, in order (``#`` comments, blank lines skipped).
-
-    Raises:
-        FileNotFoundError: no such file. ValueError: a line is not ``<host> [slots=<n>]`` (names
-        file:line), a host is listed twice, or the file lists no host.
-    """
-    hosts: list[tuple[str, int]] = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            words = line.split("#", 1)[0].split()
-            if not words:
-                continue
-            m = re.fullmatch(r"slots=(\d+)", words[1]) if len(words) == 2 else None
-            if len(words) > 2 or (len(words) == 2 and not m):
-                raise ValueError(f"{path}:{n}: not '<host> slots=<ranks>': {line.strip()!r}")
-            if any(h == words[0] for h, _ in hosts):
-                raise ValueError(f"{path}:{n}: host {words[0]} listed twice")
-            hosts.append((words[0], int(m.group(1)) if m else 1))
-    if not hosts:
-        raise ValueError(f"hostfile {path} lists no host (one line per host: '<host> slots=<ranks>')")
-    return hosts
-
-
-def ssh_argv(host: str, port: int | None, timeout: float) -> list[str]:
-    """ssh as DeepSpeed's launcher runs it, without prompts: ``ssh -o BatchMode=yes ... HOST``."""
-    return (["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(min(timeout, 15)))}"]
-            + (["-p", str(port)] if port else []) + [host])
-
-
-def classify_ssh_error(err: str, host: str, port: int | None) -> tuple[str, str]:
-    """(check, fix) for ssh's stderr ``err`` (exit 255): ``check`` is ``"host key"`` for a host-key
-    failure, else ``"ssh"``; ``fix`` is the command or setting that cures it."""
-    p = f"-p {port} " if port else ""
-    if "Host key verification failed" in err or "HOST IDENTIFICATION HAS CHANGED" in err:
-        return "host key", (f"check the key's fingerprint with its admin, then: ssh-keyscan {p}{host} >> "
-                            "~/.ssh/known_hosts (a changed key: ssh-keygen -R first)")
-    if "Permission denied" in err:
-        return "ssh", f"passwordless login: ssh-copy-id {p}{host} (the launcher cannot type a password)"
-    if "Could not resolve hostname" in err or "Name or service not known" in err:
-        return "ssh", f"{host} is not a known name: add it to DNS, /etc/hosts or ~/.ssh/config (HostName)"
-    m = re.search(r"port (\d+)", err)   # the port ssh used (its config may set one)
-    used = m.group(1) if m else (port or 22)
-    if "Connection refused" in err:
-        return "ssh", (f"nothing listens for ssh on {host} port {used}: start sshd there, or give its port "
-                       "(--ssh-port / SSH_PORT)")
-    if "timed out" in err or "No route to host" in err or "Network is unreachable" in err:
-        return "ssh", f"{host} is down or a firewall drops port {used}"
-    return "ssh", "run the ssh command of the detail by hand to see what it needs"
-
-
 def _ssh(host: str, port: int | None, timeout: float, command: str, stdin: str = "") -> subprocess.CompletedProcess:
     try:
         return subprocess.run(ssh_argv(host, port, timeout) + [command], input=stdin, capture_output=True,
                               text=True, timeout=timeout + 20)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess([], 124, "", f"no answer within {timeout + 20:.0f} s")
-
-
-def _last_lines(text: str, n: int = 3) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently")]
-    return " / ".join(lines[-n:])   # one line; no '|' (the markdown table)
 
 
 def _remote_python(cwd: str, py: str, args: list[str], env: dict[str, str]) -> str:
@@ -177,6 +130,31 @@ def _remote_python(cwd: str, py: str, args: list[str], env: dict[str, str]) -> s
 
 def _row(host, check, status, detail="", fix="") -> dict[str, Any]:
     return {"host": host, "check": check, "status": status, "detail": detail, "fix": fix}
+
+
+# the options as the launch scripts and this command spell them (both read the variables too)
+_MASTER_ADDR_OPTS = "launch scripts: --master_addr, tsm-ds doctor: --master-addr"
+_MASTER_PORT_OPTS = "launch scripts: --master_port, tsm-ds doctor: --master-port"
+
+
+def _port_row(h: str, master: str, master_port: int, d: dict) -> dict[str, Any]:
+    """The ``master port`` row of the first host from its probe ``d``: checked only once MASTER_ADDR
+    resolved there (else skipped: the ``master address`` row says why); a failed bind says whether
+    the port is taken or the address is not this host's."""
+    if "addr_error" in d:
+        return _row(h, "master port", "skipped", f"not checked: {master} does not resolve on {h}")
+    if d.get("port_free"):
+        return _row(h, "master port", "ok", f"{master}:{master_port} free")
+    err = d.get("port_error", "?")
+    if d.get("port_errno") == "EADDRINUSE":
+        fix = (f"another process holds port {master_port} on {h}: pick another MASTER_PORT "
+               f"({_MASTER_PORT_OPTS}), or stop it")
+    elif d.get("port_errno") == "EADDRNOTAVAIL":
+        fix = (f"{master} ({d.get('addr')}) is not an address of {h}, where rank 0 listens: set MASTER_ADDR to an "
+               f"address of the first host ({_MASTER_ADDR_OPTS})")
+    else:
+        fix = f"port {master_port} cannot be bound on {h}: pick another MASTER_PORT ({_MASTER_PORT_OPTS})"
+    return _row(h, "master port", "failed", err, fix)
 
 
 def run(ctx: Context, results: dict) -> dict:
@@ -217,7 +195,7 @@ def run(ctx: Context, results: dict) -> dict:
         line = next((ln for ln in p.stdout.splitlines() if ln.startswith("TSM_DS_PROBE ")), None)
         if p.returncode == 255 or (line is None and p.returncode in (124,)):
             check, fix = classify_ssh_error(p.stderr, h, port)
-            err = _last_lines(p.stderr) or f"ssh exit status {p.returncode}"
+            err = last_lines(p.stderr) or f"ssh exit status {p.returncode}"
             if check == "host key":
                 rows.append(_row(h, "ssh", "skipped", "sshd answered; the login stopped at the host key check"))
                 rows.append(_row(h, "host key", "failed", err, fix))
@@ -228,7 +206,7 @@ def run(ctx: Context, results: dict) -> dict:
         rows.append(_row(h, "ssh", "ok", "logged in without a prompt"))
         rows.append(_row(h, "host key", "ok", "known"))
         if line is None:
-            rows.append(_row(h, "python", "failed", _last_lines(p.stderr) or f"exit status {p.returncode}",
+            rows.append(_row(h, "python", "failed", last_lines(p.stderr) or f"exit status {p.returncode}",
                              f"the launcher runs {py} on every host: install the same venv at the same path "
                              "there (bash launch/setup.sh), or share it"))
             continue
@@ -240,18 +218,16 @@ def run(ctx: Context, results: dict) -> dict:
                          "install the same versions on every host (bash launch/setup.sh from the same "
                          "checkout), or share the venv" if diff else ""))
         rows.append(_row(h, "master address", "failed" if "addr_error" in d else "ok",
-                         d.get("addr_error") or f"{master} -> {d.get('addr')}",
-                         f"{master} does not resolve on {h}: set MASTER_ADDR (--master-addr) to an address of "
-                         "the first host that every host reaches" if "addr_error" in d else ""))
+                         f"{master} does not resolve on {h}: {d['addr_error']}" if "addr_error" in d
+                         else f"{master} -> {d.get('addr')}",
+                         f"set MASTER_ADDR to an address of the first host that every host reaches (an IP, or a "
+                         f"name in DNS / /etc/hosts of every host; {_MASTER_ADDR_OPTS})" if "addr_error" in d else ""))
         rows.append(_row(h, "run dir", "ok" if d.get("wrote") else "failed",
                          f"wrote {run_dir}" if d.get("wrote") else d.get("write_error", "?"),
                          "" if d.get("wrote") else f"make {run_dir} writable on {h} (it must be the same shared "
                          "filesystem on every host: checkpoints are written by every rank)"))
         if h == hosts[0][0] and master_port:
-            rows.append(_row(h, "master port", "ok" if d.get("port_free") else "failed",
-                             f"{master}:{master_port} free" if d.get("port_free") else d.get("port_error", "?"),
-                             "" if d.get("port_free") else f"another process holds port {master_port} on {h}: pick "
-                             "another MASTER_PORT (--master-port), or stop it"))
+            rows.append(_port_row(h, master, master_port, d))
     # shared: each host reads the token of the host before it (a ring)
     writers = [h for h, _ in hosts if info.get(h, {}).get("wrote")]
     if len(writers) >= 2:
@@ -266,7 +242,7 @@ def run(ctx: Context, results: dict) -> dict:
             ok = r.returncode == 0 and r.stdout.strip() == f"{token} {prev}"
             rows.append(_row(h, "run dir shared", "ok" if ok else "failed",
                              f"read the file {prev} wrote" if ok else
-                             f"the file {prev} wrote in {run_dir} is not there: {_last_lines(r.stderr) or 'empty'}",
+                             f"the file {prev} wrote in {run_dir} is not there: {last_lines(r.stderr) or 'empty'}",
                              "" if ok else f"{run_dir} must be one shared filesystem (NFS, Lustre ...) mounted at the "
                              "same path on every host; use a run dir there (training's --output-dir, --run-dir)"))
     elif writers:
@@ -294,7 +270,7 @@ def run(ctx: Context, results: dict) -> dict:
         sums = {int(m.group(1)): int(m.group(2)) for p in outs
                 for m in re.finditer(r"TSM_DS_ALLREDUCE rank=(\d+) sum=(\d+)", p.stdout)}
         want = world * (world + 1) // 2
-        bad = [f"{h}: exit {p.returncode}: {_last_lines(p.stderr, 2)}" for (h, _), p in zip(hosts, outs)
+        bad = [f"{h}: exit {p.returncode}: {last_lines(p.stderr, 2)}" for (h, _), p in zip(hosts, outs)
                if p.returncode != 0]
         ok = len(sums) == world and set(sums.values()) == {want}
         total = want if ok else None

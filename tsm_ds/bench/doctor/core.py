@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tsm_ds.utils.node import default_recipe, usable_cores
+
 __all__ = ["STATUSES", "DoctorSettings", "Context", "Section", "Progress", "section_result",
            "run_sections", "cores_available"]
 
@@ -109,7 +111,7 @@ class DoctorSettings:
         s.arch = s.arch or ("resnet18" if s.quick else "resnet50")
         s.num_segments = s.num_segments or 8
         s.img_size = s.img_size or (64 if s.quick else 224)
-        s.recipe = s.recipe or ("gpu_fp16" if cuda else "cpu_fp32")
+        s.recipe = s.recipe or default_recipe("cuda" if cuda else "cpu")   # training's default
         if s.reencode_clips is None:
             s.reencode_clips = 1 if s.quick else 3
         return s
@@ -120,10 +122,8 @@ class DoctorSettings:
 
 
 def cores_available() -> int:
-    """CPU cores this process may run on (its affinity mask), at least 1."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+    """CPU cores this process may run on (its affinity mask), at least 1 (:func:`tsm_ds.utils.node.usable_cores`)."""
+    return usable_cores()
 
 
 class Progress:

@@ -34,10 +34,12 @@ from torch.utils.data import Dataset
 
 from tsm_ds.bench.doctor.core import Context, section_result
 
-__all__ = ["KINETICS_1536", "SyntheticClips", "recipe_device", "run"]
+__all__ = ["KINETICS_1536", "SMOKE_IMG_SIZE", "SyntheticClips", "recipe_device", "run"]
 
 #: the paper's 1,536-GPU recipe: resolved only
 KINETICS_1536 = ("gpu_kinetics_1536", 1536)
+#: the smoke's crop size in px per device
+SMOKE_IMG_SIZE = {"cpu": 64, "cuda": 112}
 
 
 class SyntheticClips(Dataset):
@@ -83,7 +85,7 @@ def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
     from tsm_ds.models import build_model
 
     s = ctx.settings
-    micro, classes, img = 2, 4, (112 if ctx.cuda else 64)
+    micro, classes, img = 2, 4, SMOKE_IMG_SIZE["cuda" if ctx.cuda else "cpu"]
     model = build_model(s.recipe_arch, classes, num_segments=s.num_segments)
     data = SyntheticClips(s.recipe_steps * micro * ctx.world, s.num_segments, img, classes)
     stamps: list[float] = []
@@ -170,5 +172,8 @@ def run(ctx: Context, results: dict) -> dict:
     return section_result("recipes", title="Recipes", status="failed" if failed else "ok",
                           summary=(f"failed: {', '.join(failed)}; " if failed else "") + line,
                           values={**{f"recipes_{k.replace(' ', '_')}": v for k, v in counts.items()},
-                                  "steps_per_recipe": s.recipe_steps, "device": here},
+                                  "steps_per_recipe": s.recipe_steps, "device": here,
+                                  # the smoke's model (what the report's header names)
+                                  "arch": s.recipe_arch, "num_segments": s.num_segments,
+                                  "img_size": SMOKE_IMG_SIZE["cuda" if ctx.cuda else "cpu"]},
                           rows=[{c: r.get(c) for c in cols} for r in rows])

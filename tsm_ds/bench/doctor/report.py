@@ -22,7 +22,7 @@ from typing import Any
 
 from tsm_ds.utils.io import atomic_write_text, machine_info, markdown_table
 
-__all__ = ["SCHEMA", "build_report", "write_report", "markdown", "plot"]
+__all__ = ["SCHEMA", "build_report", "write_report", "markdown", "measured", "plot"]
 
 SCHEMA = "tsm_ds.doctor/1"
 
@@ -35,6 +35,45 @@ def build_report(settings: dict[str, Any], sections: dict[str, dict[str, Any]]) 
             "exit_status": 1 if failed else 0}
 
 
+#: sections that train or time the settings' model (``arch``, ``num_segments``, ``img_size``)
+MODEL_SECTIONS = ("compute", "data", "communication")
+#: sections that use the settings' recipe
+RECIPE_SECTIONS = ("environment", "compute", "communication")
+
+
+def measured(report: dict[str, Any]) -> str:
+    """What the report measured, for its header: the model of the sections that ran and the recipe.
+
+    The model is the one a section actually built, after the doctor's own defaults (not the
+    training command's flags, which the doctor does not see): the compute section's stored
+    ``arch`` / ``num_segments`` / ``img_size``, else the settings' for data and communication; the
+    recipe smoke's small model (``recipes``); none for the cluster, environment and 1-bit checks.
+
+    Args:
+        report: the ``doctor.json`` payload (:func:`build_report`).
+
+    Returns:
+        E.g. ``"model resnet18 8x64 (compute, data), recipe cpu_fp32"``, ``"recipe smoke model
+        resnet18 8x64, recipe cpu_fp32"``, or ``"no model measured (cluster)"``.
+    """
+    secs, s = report["sections"], report["settings"]
+    parts = []
+    ran = [n for n in MODEL_SECTIONS if n in secs and secs[n].get("status") != "skipped"]
+    if ran:
+        v = secs["compute"]["values"] if "compute" in ran and secs["compute"]["values"].get("arch") else s
+        shape = f"{v.get('num_segments')}x{v.get('img_size')}"
+        parts.append(f"model {v.get('arch')} {shape} ({', '.join(ran)})" if ran != ["data"]
+                     else f"clips {shape} (data)")
+    rv = secs.get("recipes", {}).get("values", {})
+    if rv.get("arch"):
+        parts.append(f"recipe smoke model {rv['arch']} {rv['num_segments']}x{rv['img_size']}")
+    if not parts:
+        parts.append(f"no model measured ({', '.join(secs) or 'no section'})")
+    if any(n in secs for n in RECIPE_SECTIONS) and s.get("recipe"):
+        parts.append(f"recipe {s['recipe']}")
+    return ", ".join(parts)
+
+
 def _scalar(v: Any) -> bool:
     return v is None or isinstance(v, (str, int, float, bool))
 
@@ -44,8 +83,7 @@ def markdown(report: dict[str, Any]) -> str:
     secs = report["sections"]
     s = report["settings"]
     lines = ["# tsm-ds doctor", "",
-             f"{report['created']}; {report['machine'].get('platform')}; model {s.get('arch')} "
-             f"{s.get('num_segments')}x{s.get('img_size')}, recipe {s.get('recipe')}"
+             f"{report['created']}; {report['machine'].get('platform')}; {measured(report)}"
              + ("; quick" if s.get("quick") else ""), ""]
     v = secs.get("verdict")
     if v:
