@@ -12,9 +12,8 @@ and the paper, Sec. 4.1 / Appendix): resnet50, 8 segments, shift_div 8, blockres
 224 px, 50 epochs with x0.1 steps at epochs 20 and 40; engine-JSON values (batch, lr, weight decay,
 clipping, warm-up) are None = "the recipe's, or its ``"auto"`` rule" (:mod:`tsm_ds.engine.config`).
 
-Adding an option: one :func:`~tsm_ds.config.fields.opt` field in its section here (or in
-:mod:`tsm_ds.config.tools` for a tool's own option); every command that lists the section gets
-the flag, ``config.json`` records it, :func:`~tsm_ds.config.fields.to_argv` writes it.
+Adding an option: the README's "Adding an option" (one :func:`~tsm_ds.config.fields.opt` field in
+its section here, or in :mod:`tsm_ds.config.tools` for a tool's own option).
 """
 from __future__ import annotations
 
