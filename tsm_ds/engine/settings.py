@@ -19,7 +19,7 @@ from tsm_ds.engine.guard import GuardSettings
 from tsm_ds.engine.reshard import remaining_shard
 
 __all__ = ["ResumableDistributedSampler", "StepStats", "TrainSettings", "run_summary", "save_config_record",
-           "write_run_result", "build_loaders", "step_metrics"]
+           "write_run_result", "build_loaders", "step_metrics", "stopped_record"]
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -247,6 +247,22 @@ def _strict(obj):
     if isinstance(obj, (list, tuple)):
         return [_strict(v) for v in obj]
     return obj
+
+
+def stopped_record(err: Exception, checkpoint_dir) -> tuple[str, dict]:
+    """``(status, fields)`` of ``<run>/result.json`` for a run stopped by ``err``: ``diverged`` (a
+    :class:`~tsm_ds.engine.guard.DivergenceError`: step, reason, loss, gradient norm, lrs, last good
+    checkpoint, report), ``save_failed`` (a CheckpointSaveError: the error) or ``preempted`` (a
+    :class:`~tsm_ds.engine.preempt.Preempted`: step, checkpoint under ``checkpoint_dir``, signal)."""
+    from tsm_ds.engine.preempt import Preempted
+
+    if isinstance(err, Preempted):
+        return "preempted", {"step": err.step, "checkpoint": str(Path(checkpoint_dir) / err.tag),
+                             "signal": err.signal_name}
+    if hasattr(err, "describe"):
+        return "diverged", {"step": err.step, "reason": err.reason, "loss": err.loss, "grad_norm": err.grad_norm,
+                            "lrs": err.lrs, "last_good": err.last_good, "report": err.describe()}
+    return "save_failed", {"error": str(err)}
 
 
 def write_run_result(run_dir: str | Path, status: str, fields: dict, *, log=None) -> None:

@@ -6,10 +6,8 @@ own where DeepSpeed lets us call it, or the 1-bit compressor) -> the guard's che
 After every epoch (and at the end of a run stopped by ``max_steps``): BatchNorm statistics averaged
 over ranks, validation (each clip once), a checkpoint, the best model exported.
 
-Data order is a pure function of (seed, epoch), so a run resumed mid-epoch continues with the same
-batches and dropout draws. Parts: :mod:`.build` (engine, loaders, checkpoints, guard),
-:mod:`.state` (the layout and the run's state), :mod:`.hooks` (watchdog, stop signal, monitor, test
-hooks), :mod:`.guard` (a diverged step is not applied; stop or roll back).
+Data order is a pure function of (seed, epoch): a run resumed mid-epoch continues with the same
+batches and dropout draws. Parts: :mod:`.build`, :mod:`.state`, :mod:`.hooks`, :mod:`.position`, :mod:`.guard`.
 """
 from __future__ import annotations
 
@@ -30,7 +28,7 @@ from tsm_ds.engine.hooks import Hooks
 from tsm_ds.engine.position import load_position, resume_position, save_position
 from tsm_ds.engine.preempt import Preempted
 from tsm_ds.engine.settings import (ResumableDistributedSampler, StepStats, TrainSettings, run_summary,
-                                    step_metrics, write_run_result)
+                                    step_metrics, stopped_record, write_run_result)
 from tsm_ds.engine.state import RunState
 from tsm_ds.models.groups import parameter_groups
 
@@ -122,17 +120,8 @@ class Trainer:
                                            clip=float(p.ds_config.get("gradient_clipping") or 0.0)):
                         raise
                     position = self._rollback(e)
-        except DivergenceError as e:
-            self._write_result("diverged", {"step": e.step, "reason": e.reason, "loss": e.loss,
-                                            "grad_norm": e.grad_norm, "lrs": e.lrs, "last_good": e.last_good,
-                                            "report": e.describe()})
-            raise
-        except CheckpointSaveError as e:
-            self._write_result("save_failed", {"error": str(e)})
-            raise
-        except Preempted as e:
-            self._write_result("preempted", {"step": e.step, "checkpoint": str(self.parts.ckpt.dir / e.tag),
-                                             "signal": e.signal_name})
+        except (DivergenceError, CheckpointSaveError, Preempted) as e:   # result.json says how the run ended
+            self._write_result(*stopped_record(e, self.parts.ckpt.dir))
             raise
         finally:
             self.hooks.on_end()
