@@ -14,7 +14,7 @@ import shutil
 from importlib import metadata
 from typing import Any
 
-from tsm_ds.bench.doctor.core import Context, section_result
+from tsm_ds.doctor.core import Context, section_result
 
 __all__ = ["run", "memory_gb", "op_report"]
 

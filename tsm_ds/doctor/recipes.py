@@ -32,7 +32,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from tsm_ds.bench.doctor.core import Context, section_result
+from tsm_ds.doctor.core import Context, section_result
 
 __all__ = ["KINETICS_1536", "SMOKE_IMG_SIZE", "SyntheticClips", "recipe_device", "run"]
 

@@ -26,8 +26,8 @@ import contextlib
 import time
 from typing import Any
 
-from tsm_ds.bench.doctor.core import Context, section_result
-from tsm_ds.bench.doctor.timing import interleaved, summary
+from tsm_ds.doctor.core import Context, section_result
+from tsm_ds.doctor.timing import interleaved, summary
 
 __all__ = ["PRECISIONS", "recipe_precision", "micro_batch", "to_channels_last_clip", "TrainStep", "run"]
 
