@@ -170,7 +170,7 @@ def test_report_header_names_the_model_the_doctor_measured():
     """doctor.md's header: the model the sections built, after the doctor's own defaults; none for a
     cluster-only run (the launch preflight), whatever training's flags are."""
     from tsm_ds.doctor import DoctorSettings, section_result
-    from tsm_ds.doctor.report import build_report, markdown, measured
+    from tsm_ds.doctor.doctor_report import build_report, markdown, measured
 
     s = DoctorSettings(arch="resnet18", num_segments=2, img_size=32, recipe="cpu_fp32").as_dict()
     comp = section_result("compute", values={"arch": "resnet18", "num_segments": 2, "img_size": 32})
