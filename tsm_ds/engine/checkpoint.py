@@ -361,8 +361,11 @@ def plain_state_dict(module: torch.nn.Module) -> dict:
             for k, v in module.state_dict().items()}
 
 
-def export_model(path: str | Path, module: torch.nn.Module, *, class_names: list[str], extra: dict | None = None) -> None:
-    """Write the plain model file the eval / predict / export tools read (atomically).
+def save_weights_export(path: str | Path, module: torch.nn.Module, *, class_names: list[str],
+                        extra: dict | None = None) -> None:
+    """Write the plain model file the eval / predict / export tools read (atomically): the weights
+    export ``<run>/best_model.pt`` / ``last_model.pt`` (not :func:`tsm_ds.inference.export.export_model`,
+    which writes torch.export / ONNX files).
 
     Format (the team contract): ``{"state_dict": ..., "model_config": module.config (or None),
     "class_names": [...], **extra}``; rebuild with ``build_model(**model_config)``.
