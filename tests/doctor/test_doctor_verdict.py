@@ -14,7 +14,7 @@ from tsm_ds.doctor import data as ddata
 from tsm_ds.doctor import verdict
 from tsm_ds.doctor.core import run_sections
 from tsm_ds.doctor.doctor_report import build_report, write_report
-from tsm_ds.engine.config import load_config
+from tsm_ds.engine.recipes import load_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FACTOR = re.compile(r"(?<![\w.])x\d+(?:\.\d+)?")

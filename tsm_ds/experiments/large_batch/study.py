@@ -100,7 +100,7 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
 
     Raises:
         ValueError: bad settings or recipe names.
-        tsm_ds.engine.config.ConfigError: a template recipe is not shipped.
+        tsm_ds.engine.recipes.ConfigError: a template recipe is not shipped.
     """
     from tsm_ds.data.synthetic import make_demo_dataset
     from tsm_ds.utils.io import atomic_write_text, machine_info
