@@ -13,6 +13,10 @@ This module is in the bottom layer: it imports nothing else of the package, so t
 mirror library constants (the loaders of ``bench data``, the paper's figures of ``bench scale``, the
 study's values of ``bench large-batch``) are written out here and tested equal to them
 (``tests/config/test_tool_commands.py``).
+
+Kept as one file on purpose: it is the single place where the tools' own options are declared
+(one short dataclass and one command per tool), and the tests compare it as a whole against the
+library's constants.
 """
 from __future__ import annotations
 

@@ -28,6 +28,10 @@ Resuming never runs code from the files (:mod:`tsm_ds.engine.safe_load`): every 
 is first loaded weights-only (a file asking for a global outside the allowlist is refused, naming
 it), then DeepSpeed's ``load_checkpoint`` runs with its ``torch.load`` calls forced weights-only,
 and the ``rank*.pt`` files are read weights-only; ``trust=True`` (``--trust-checkpoint``) lifts that.
+
+Kept whole: saving, verifying, pruning and loading a tag are one protocol over one layout (the
+manifest, ``latest``, every rank agreeing) and change together; reading the other checkpoint kinds
+is already apart (:mod:`tsm_ds.engine.checkpoint_reader`).
 """
 from __future__ import annotations
 
