@@ -3,7 +3,11 @@
 Layers (a module may import its own layer or lower ones)::
 
     tsm_ds.utils, tsm_ds.config (0) <- tsm_ds.data (1) <- tsm_ds.models (2) <- tsm_ds.engine (3)
-    <- tsm_ds.inference (4) <- tsm_ds.bench (5) <- tsm_ds.cli (6) <- tsm_ds, tsm_ds.train (7)
+    <- tsm_ds.inference (4) <- tsm_ds.bench, tsm_ds.doctor, tsm_ds.experiments (5) <- tsm_ds.cli (6)
+    <- tsm_ds, tsm_ds.train (7)
+
+Inside layer 5, ``tsm_ds.bench`` imports neither ``tsm_ds.doctor`` nor ``tsm_ds.experiments`` (they
+may use the benches).
 
 The checker parses files only (``ast``; nothing is imported, no torch): every ``import`` and
 ``from ... import`` anywhere in a module (top level, functions, methods, ``if`` / ``try`` /
@@ -32,7 +36,10 @@ PACKAGE = "tsm_ds"
 
 #: module-name prefix -> layer; a module's layer is that of its longest matching prefix
 LAYERS: dict[str, int] = {"tsm_ds.utils": 0, "tsm_ds.config": 0, "tsm_ds.data": 1, "tsm_ds.models": 2, "tsm_ds.engine": 3,
-                          "tsm_ds.inference": 4, "tsm_ds.bench": 5, "tsm_ds.cli": 6, "tsm_ds.train": 7, "tsm_ds": 7}
+                          "tsm_ds.inference": 4, "tsm_ds.bench": 5, "tsm_ds.doctor": 5, "tsm_ds.experiments": 5,
+                          "tsm_ds.cli": 6, "tsm_ds.train": 7, "tsm_ds": 7}
+#: inside layer 5: the doctor and the experiments may use the benches, the benches use neither
+BENCH_USERS = ("tsm_ds.doctor", "tsm_ds.experiments")
 # may import argparse and exit the process; tsm_ds.config.fields is the parser generator (argparse parsers
 # built from the configuration tree, used by the commands on the argv they hand it)
 CLI_PREFIXES = ("tsm_ds.cli", "tsm_ds.train", "tsm_ds.config.fields")
@@ -364,6 +371,13 @@ def test_no_module_defined_twice():
 
 def test_no_upward_imports():
     _fail("imports from a lower layer to a higher one", upward_imports(REPO, PACKAGE, LAYERS))
+
+
+def test_bench_imports_neither_the_doctor_nor_the_experiments():
+    edges = build_graph(REPO, PACKAGE)[1]
+    _fail("imports from tsm_ds.bench of the modules that use it",
+          [f"{e.where()}: {e.importer} -> {e.imported}" for e in edges
+           if _under(e.importer, "tsm_ds.bench") and _under(e.imported, BENCH_USERS)])
 
 
 def test_no_import_cycles():

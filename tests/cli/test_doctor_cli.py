@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds.bench.doctor import verdict
 from tsm_ds.cli import doctor as cli
+from tsm_ds.doctor import verdict
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -169,8 +169,8 @@ def test_communication_under_the_launcher(tmp_path):
 def test_report_header_names_the_model_the_doctor_measured():
     """doctor.md's header: the model the sections built, after the doctor's own defaults; none for a
     cluster-only run (the launch preflight), whatever training's flags are."""
-    from tsm_ds.bench.doctor import DoctorSettings, section_result
-    from tsm_ds.bench.doctor.report import build_report, markdown, measured
+    from tsm_ds.doctor import DoctorSettings, section_result
+    from tsm_ds.doctor.doctor_report import build_report, markdown, measured
 
     s = DoctorSettings(arch="resnet18", num_segments=2, img_size=32, recipe="cpu_fp32").as_dict()
     comp = section_result("compute", values={"arch": "resnet18", "num_segments": 2, "img_size": 32})

@@ -92,11 +92,11 @@ def test_no_data_message(monkeypatch, tmp_path):
 
 
 def test_tune_from_replaces_head_when_classes_differ(tmp_path):
-    from tsm_ds.engine.checkpoint import export_model, load_finetune_weights
+    from tsm_ds.engine.checkpoint import load_finetune_weights, save_weights_export
     from tsm_ds.models import build_model
     torch.manual_seed(0)
     src = build_model("resnet18", 5, num_segments=2)
-    export_model(tmp_path / "best.pt", src, class_names=list("abcde"))
+    save_weights_export(tmp_path / "best.pt", src, class_names=list("abcde"))
     obj = torch.load(tmp_path / "best.pt", weights_only=False)
     assert obj["class_names"] == list("abcde") and obj["model_config"]["num_classes"] == 5
     torch.manual_seed(1)

@@ -1,4 +1,4 @@
-"""``tsm-ds doctor --hostfile H`` (tsm_ds/bench/doctor/cluster.py) on the loopback cluster: every
+"""``tsm-ds doctor --hostfile H`` (tsm_ds/doctor/cluster.py) on the loopback cluster: every
 check passes and one all-reduce sums over 3 ranks on 2 hosts; an unknown host key, an unreachable
 host and a run dir that is not shared (each node's private /tmp) are reported with ssh's own words
 and a fix, and the command exits 1."""
@@ -10,7 +10,7 @@ import sys
 import pytest
 from clusterlib import REPO, run
 
-from tsm_ds.bench.doctor.cluster import classify_ssh_error, read_hostfile
+from tsm_ds.doctor.cluster import classify_ssh_error, read_hostfile
 
 
 def _doctor(cluster, hostfile, out, *extra):

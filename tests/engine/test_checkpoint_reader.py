@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsm_ds.engine.checkpoint import export_model, load_finetune_weights, read_checkpoint
+from tsm_ds.engine.checkpoint import load_finetune_weights, read_checkpoint, save_weights_export
 from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.models import build_model
 from tsm_ds.models.official import official_key
@@ -79,9 +79,9 @@ def saved(tmp_path_factory):
     model = _model(0)
     ref = {k: v.clone() for k, v in model.state_dict().items()}
     other = {k: (v + 1 if v.is_floating_point() else v) for k, v in ref.items()}
-    export_model(root / "run" / "best_model.pt", model, class_names=NAMES, extra={"img_size": 112, "epoch": 3,
-                                                                                 "val_top1": 12.5})
-    export_model(root / "compiled.pt", torch.compile(model), class_names=NAMES, extra={"img_size": 112})
+    save_weights_export(root / "run" / "best_model.pt", model, class_names=NAMES,
+                        extra={"img_size": 112, "epoch": 3, "val_top1": 12.5})
+    save_weights_export(root / "compiled.pt", torch.compile(model), class_names=NAMES, extra={"img_size": 112})
     torch.save({"state_dict": {"module._orig_mod." + k: v for k, v in ref.items()}, "model_config": model.config,
                 "class_names": NAMES, "img_size": 112}, root / "ddp_compiled.pt")
     torch.save({"module." + k: v for k, v in ref.items()}, root / "bare.pt")

@@ -250,13 +250,13 @@ class Clips(torch.utils.data.Dataset):
 
 
 def _recipes() -> list[str]:
-    from tsm_ds.engine.config import recipe_names
+    from tsm_ds.engine.recipes import recipe_names
 
     return [n for n in recipe_names() if not n.startswith("gpu_")] + ["zero3"]
 
 
 def _engine_json(name: str) -> dict:
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
 
     if name in ("zero3", "zero3_resnet18"):   # no shipped recipe: cpu_zero1 at stage 3 (partitioned parameters)
         return {**load_config("cpu_zero1"), "zero_optimization": {"stage": 3}}

@@ -90,8 +90,8 @@ def tiny_groups(m, weight_decay):
 
 # ---------------------------------------------------------------- worker side
 def _run_scenario(sc: dict) -> None:
-    from tsm_ds.engine.config import load_config
     from tsm_ds.engine.evaluate import gather_predictions
+    from tsm_ds.engine.recipes import load_config
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     import torch.distributed as dist
     out = Path(sc["out"])

@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from tsm_ds.engine.config import ConfigError, resolve_config
+from tsm_ds.engine.config import resolve_config
+from tsm_ds.engine.recipes import ConfigError
 from tsm_ds.engine.optim import WarmupStepLR, apply_group_lrs, client_scheduler_factory
 
 MULTS = [1.0, 2.0, 1.0, 5.0, 10.0]

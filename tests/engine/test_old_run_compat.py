@@ -136,7 +136,7 @@ def test_old_run_evaluates(old_run, tmp_path, which):
     val_clips = json.loads((old_run / "config.json").read_text())["flags"]["split"]["val_clips"]
     assert int(m.group(2)) == val_clips == 7
     # the weights are zeros: every logit is equal, every true class ties for first, and ties count
-    # in the video's favour (tsm_ds.inference.report.true_class_rank): 100 %. A model that was not
+    # in the video's favour (tsm_ds.inference.eval_report.true_class_rank): 100 %. A model that was not
     # loaded from the checkpoint (fresh random weights) would not score this.
     assert float(m.group(1)) == 100.0, p.stdout[-4000:]
 

@@ -122,7 +122,7 @@ def _flags(**kw):
 
 
 def test_resume_keeps_global_batch_by_accumulation(tmp_path):
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
     _fake_run(tmp_path)   # 2 ranks: global 8 = micro 2 x accumulation 2 x 2
     raw = load_config("cpu_fp32")
     same = _flags(batch_size=8, micro_batch_size=2, lr=0.1)
@@ -143,7 +143,7 @@ def test_resume_keeps_global_batch_by_accumulation(tmp_path):
 
 
 def test_resume_batch_that_cannot_be_kept(tmp_path):
-    from tsm_ds.engine.config import ConfigError, load_config
+    from tsm_ds.engine.recipes import ConfigError, load_config
     _fake_run(tmp_path)
     raw = load_config("cpu_fp32")
     with pytest.raises(ConfigError) as e:
@@ -161,7 +161,7 @@ def test_resume_batch_that_cannot_be_kept(tmp_path):
 def test_recipe_with_fixed_global_batch_and_accumulation(tmp_path):
     """gpu_kinetics_1536 (global 12288, micro 8 fixed) written by 1536 ranks, resumed on 768: accumulation 2.
     A recipe fixing micro-batch and accumulation: the accumulation is derived anyway."""
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
     _fake_run(tmp_path / "k", world=1536, g=12288, m=8, a=1, consumed=0)
     ds, _, plan, _ = _resolve(tmp_path / "k", load_config("gpu_kinetics_1536"), 768, _flags(), samples=240_000)
     assert (ds["train_batch_size"], ds["gradient_accumulation_steps"], plan.micro) == (12288, 2, 8)
@@ -173,7 +173,7 @@ def test_recipe_with_fixed_global_batch_and_accumulation(tmp_path):
 
 
 def test_older_checkpoint_layout_from_config_json(tmp_path):
-    from tsm_ds.engine.config import ConfigError, load_config
+    from tsm_ds.engine.recipes import ConfigError, load_config
     from tsm_ds.engine.reshard import read_layout
     tag = _fake_run(tmp_path, meta=False)
     with pytest.raises(ConfigError, match="does not record its batch layout.*resume on 2 ranks"):
@@ -193,7 +193,7 @@ def test_older_checkpoint_layout_from_config_json(tmp_path):
 
 def test_damaged_manifest_left_to_the_resume_checks(tmp_path):
     """An unreadable complete.json changes nothing here: --resume auto skips the tag later."""
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
     tag = _fake_run(tmp_path)
     (tag / "complete.json").write_text("{trunc")
     ds, _, plan, _ = _resolve(tmp_path, load_config("cpu_fp32"), 1, _flags(batch_size=8, micro_batch_size=2))
@@ -201,7 +201,7 @@ def test_damaged_manifest_left_to_the_resume_checks(tmp_path):
 
 
 def test_sharded_optimizer_state_refused(tmp_path):
-    from tsm_ds.engine.config import ConfigError, load_config
+    from tsm_ds.engine.recipes import ConfigError, load_config
     _fake_run(tmp_path, files=["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
                                "zero_pp_rank_1_mp_rank_00_optim_states.pt"])
     raw = load_config("cpu_zero1")
@@ -259,7 +259,7 @@ def _rank_main(spec: dict) -> None:
 
     import torch.distributed as dist
 
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
     from tsm_ds.engine.trainer import Trainer, TrainSettings
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)

@@ -18,7 +18,7 @@ from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import read_video_list
 from tsm_ds.cli import eval as eval_cli
 from tsm_ds.inference.loading import load_for_inference
-from tsm_ds.engine.checkpoint import export_model
+from tsm_ds.engine.checkpoint import save_weights_export
 from tsm_ds.models import build_model
 
 T, SIZE = 4, 64
@@ -47,7 +47,7 @@ def demo(tmp_path_factory):
     d = make_demo_dataset(root / "data", classes=CLASSES, train_per_class=1, val_per_class=3,
                           num_frames=16, size=64, speed=(1.0, 2.0), radius=(6.0, 8.0))
     model = _random_model(len(CLASSES))
-    export_model(root / "best_model.pt", model, class_names=list(d["classes"]))
+    save_weights_export(root / "best_model.pt", model, class_names=list(d["classes"]))
     # 5 videos: odd, so that 2 ranks need DistributedSampler padding
     lines = Path(d["val_list"]).read_text().splitlines()[:5]
     (root / "data" / "val5.txt").write_text("\n".join(lines) + "\n")
@@ -156,7 +156,7 @@ def test_bad_checkpoint_and_foreign_classes_are_named(demo, tmp_path, capsys):
     rc = eval_cli.main(["--checkpoint", str(tmp_path / "nope.pt"), "--list", demo["val"], "--out", str(tmp_path)])
     assert rc == 2 and "nope.pt" in capsys.readouterr().err
     other = _random_model(2)
-    export_model(tmp_path / "two_classes.pt", other, class_names=["moving_left", "spinning"])
+    save_weights_export(tmp_path / "two_classes.pt", other, class_names=["moving_left", "spinning"])
     (tmp_path / "folders" / "moving_up").mkdir(parents=True)
     vid = Path(read_video_list(demo["val"])[2].path)
     (tmp_path / "folders" / "moving_up" / vid.name).symlink_to(vid)
@@ -196,8 +196,8 @@ def test_trained_image_size_travels_with_the_checkpoint(tmp_path):
     from tsm_ds.inference.loading import resolve_img_size
 
     model = _random_model(3)
-    export_model(tmp_path / "m112.pt", model, class_names=["a", "b", "c"], extra={"img_size": 112})
-    export_model(tmp_path / "old.pt", model, class_names=["a", "b", "c"])  # file without the key
+    save_weights_export(tmp_path / "m112.pt", model, class_names=["a", "b", "c"], extra={"img_size": 112})
+    save_weights_export(tmp_path / "old.pt", model, class_names=["a", "b", "c"])  # file without the key
     loaded = load_for_inference(tmp_path / "m112.pt")
     assert loaded.img_size == 112
     assert resolve_img_size(None, loaded) == 112

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tsm_ds.inference import report as eval_report
+from tsm_ds.inference import eval_report
 from tsm_ds.inference import views
 
 

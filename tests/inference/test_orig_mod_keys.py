@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tsm_ds.cli import predict as predict_cli
-from tsm_ds.engine.checkpoint import export_model, load_finetune_weights, plain_state_dict
+from tsm_ds.engine.checkpoint import load_finetune_weights, plain_state_dict, save_weights_export
 from tsm_ds.data.testvideo import write_numbered_video
 from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.models import build_model
@@ -22,7 +22,7 @@ def saved(tmp_path_factory):
     torch.manual_seed(0)
     model = build_model("resnet18", len(NAMES), num_segments=T, dropout=0.0).eval()
     ref = {k: v.clone() for k, v in model.state_dict().items()}
-    export_model(root / "best_model.pt", model, class_names=NAMES, extra={"img_size": SIZE})
+    save_weights_export(root / "best_model.pt", model, class_names=NAMES, extra={"img_size": SIZE})
     payload = torch.load(root / "best_model.pt", weights_only=True)
 
     def variant(name, rename):

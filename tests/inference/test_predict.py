@@ -13,7 +13,7 @@ from tsm_ds.inference import predict
 from tsm_ds.data import video
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import VideoRecord
-from tsm_ds.engine.checkpoint import export_model
+from tsm_ds.engine.checkpoint import save_weights_export
 from tsm_ds.models import build_model
 
 T, SIZE = 4, 64
@@ -37,7 +37,7 @@ def test_predict_names_every_real_clip_and_reports_unreadable(shared_data, tmp_p
     clips = _clips(shared_data)
     names = sorted({p.parent.name for p in clips})
     model = _model(len(names))
-    export_model(tmp_path / "m.pt", model, class_names=names)
+    save_weights_export(tmp_path / "m.pt", model, class_names=names)
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"this is not a video" * 100)
     missing = tmp_path / "missing.mp4"
@@ -93,7 +93,7 @@ def test_predict_online_streams_frames_through_step(shared_data, tmp_path, capsy
     clip = shared_data / "extra_clips" / "archery" / "paddlevideo_example_ucf101_archery.avi"
     names = [f"action_{i}" for i in range(6)]
     model = _model(len(names), shift="online")
-    export_model(tmp_path / "online.pt", model, class_names=names)
+    save_weights_export(tmp_path / "online.pt", model, class_names=names)
     rc = predict_cli.main([str(clip), "--checkpoint", str(tmp_path / "online.pt"), "--online", "--stride", "3",
                        "--max-frames", "8", "--window", "4", "--img-size", str(SIZE), "--json",
                        str(tmp_path / "o.json")])
@@ -115,6 +115,6 @@ def test_predict_online_streams_frames_through_step(shared_data, tmp_path, capsy
     np.testing.assert_allclose([p for _, p in top], ref.topk(5).values.numpy(), atol=1e-5)
 
     # a bidirectional checkpoint cannot stream: clear refusal
-    export_model(tmp_path / "bi.pt", _model(len(names)), class_names=names)
+    save_weights_export(tmp_path / "bi.pt", _model(len(names)), class_names=names)
     rc = predict_cli.main([str(clip), "--checkpoint", str(tmp_path / "bi.pt"), "--online"])
     assert rc == 2 and "shift='online'" in capsys.readouterr().err

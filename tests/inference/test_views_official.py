@@ -229,7 +229,7 @@ def test_dataset_official_resize_decodes_full_size(shared_data, one_thread):
 def tiny_run(tmp_path_factory):
     """2 synthetic 64 px videos and an exported random resnet18 (T = 4) in the trainer's format."""
     from tsm_ds.data.synthetic import make_demo_dataset
-    from tsm_ds.engine.checkpoint import export_model
+    from tsm_ds.engine.checkpoint import save_weights_export
     from tsm_ds.models import build_model
 
     root = tmp_path_factory.mktemp("views_official")
@@ -239,7 +239,7 @@ def tiny_run(tmp_path_factory):
     model = build_model("resnet18", 2, num_segments=4, dropout=0.0).eval()
     with torch.no_grad():
         model.new_fc.weight.mul_(20.0)
-    export_model(root / "m.pt", model, class_names=list(d["classes"]))
+    save_weights_export(root / "m.pt", model, class_names=list(d["classes"]))
     return {"root": root, "val": d["val_list"], "ckpt": root / "m.pt", "model": model}
 
 

@@ -99,12 +99,12 @@ def test_old_layout_checkpoint_config_is_refused():
 
 
 def test_load_for_inference_refuses_old_i3d_and_loads_new(tmp_path):
-    from tsm_ds.engine.checkpoint import export_model
+    from tsm_ds.engine.checkpoint import save_weights_export
     from tsm_ds.inference.loading import load_for_inference
 
     torch.manual_seed(0)
     m = build_model("i3d_resnet50_release", 3, num_segments=8, shift=None)
-    export_model(tmp_path / "new.pt", m, class_names=["a", "b", "c"])
+    save_weights_export(tmp_path / "new.pt", m, class_names=["a", "b", "c"])
     loaded = load_for_inference(tmp_path / "new.pt")
     assert loaded.config["i3d_layout"] == "nonlocal_release" and loaded.model.layout == "nonlocal_release"
     torch.testing.assert_close(loaded.model.layer4[2].conv3.weight, m.layer4[2].conv3.weight)

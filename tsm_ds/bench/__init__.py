@@ -5,8 +5,11 @@
 - :mod:`~tsm_ds.bench.comm`: gradient communication per step (fp32 / bf16 / fp16 / 1-bit);
 - :mod:`~tsm_ds.bench.scaling`: the analytic scaling model (6 -> 1,536 GPUs, TSM vs I3D);
 - :mod:`~tsm_ds.bench.runner`: ``bench all`` (each bench in its own process, the summary);
-- :mod:`~tsm_ds.bench.plots`: PNG plots of the bench JSON files;
-- :mod:`~tsm_ds.bench.demo`: the TSM vs TSN demo on the motion-direction dataset.
+- :mod:`~tsm_ds.bench.plots`: PNG plots of the bench JSON files.
+
+The doctor (:mod:`tsm_ds.doctor`) and the training experiments (:mod:`tsm_ds.experiments`: the
+demo, the large-batch study) sit in the same layer and may use these modules; nothing here imports
+them.
 
 Nothing here parses argv or exits; progress goes to a ``log`` callback (default: ``logging``).
 """

@@ -24,6 +24,9 @@ machine CPU time is the steadier measure (it counts only the cycles this process
 Source of the comparison: TSM paper (Lin et al., ICCV 2019) Table 1 / Sec. 5 (throughput vs I3D).
 torchvision's s3d ends in a fixed 2x7x7 average pool; here it is replaced by a global average pool
 so that it runs at any clip size (no multiply-adds change).
+
+Kept whole: the three measurements share one interleaved timing harness (``_Runner``,
+``_interleaved``, ``_stats``) and one entry point, :func:`run_models_bench`.
 """
 from __future__ import annotations
 

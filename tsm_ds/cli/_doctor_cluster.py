@@ -1,4 +1,4 @@
-"""The ``tsm-ds doctor`` cluster section's options (:mod:`tsm_ds.bench.doctor.cluster`): what
+"""The ``tsm-ds doctor`` cluster section's options (:mod:`tsm_ds.doctor.cluster`): what
 ``--hostfile`` and the launch need besides it go into the doctor's settings, and the table of
 failed checks it prints.
 
@@ -16,7 +16,7 @@ from tsm_ds.config.tools import ClusterCheckConfig
 
 def apply_cluster_options(settings, cluster: ClusterCheckConfig) -> None:
     """Copy the ``cluster`` section into ``settings.extra`` (a
-    :class:`tsm_ds.bench.doctor.DoctorSettings`); with ``--hostfile`` and no ``--only``, run only
+    :class:`tsm_ds.doctor.DoctorSettings`); with ``--hostfile`` and no ``--only``, run only
     the cluster section. Without ``--hostfile`` nothing changes."""
     if not cluster.hostfile:
         return

@@ -1,5 +1,5 @@
 """``tsm-ds bench large-batch``: does TSM's accuracy hold as the global batch grows?
-(:mod:`tsm_ds.bench.large_batch`)
+(:mod:`tsm_ds.experiments.large_batch`)
 
 Trains TSM on the motion demo data at global batches from the base batch up with four recipes
 (SGD without and with the linear rule, LARS, LAMB), every run ``python -m tsm_ds.train``; writes
@@ -16,10 +16,10 @@ import argparse
 import dataclasses
 import sys
 
-from tsm_ds.bench.large_batch.grid import QUICK, RECIPES, StudySettings
 from tsm_ds.config import Config, parse
 from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.config.tools import BENCH_LARGE_BATCH, command_values
+from tsm_ds.experiments.large_batch.grid import QUICK, RECIPES, StudySettings
 
 #: the fields this command uses
 COMMAND = BENCH_LARGE_BATCH
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"tsm-ds bench large-batch: {e}", file=sys.stderr)
         return 2
-    from tsm_ds.bench.large_batch.study import run_study
+    from tsm_ds.experiments.large_batch.study import run_study
 
     res = run_study(b.out_dir, settings, recipes=recipes, overwrite=b.overwrite,
                     keep_checkpoints=b.keep_checkpoints, record=command_values(COMMAND, cfg),

@@ -12,7 +12,7 @@ and follow the same rule: a flag only where the JSON says "auto". ``--resume-fro
 ``--resume auto`` of that run would resolve on ``--world-size`` ranks (global batch kept,
 :mod:`tsm_ds.engine.reshard`). Exit status 2 with the error message for a combination that cannot
 work (the trainer's own :func:`~tsm_ds.engine.config.resolve_config` and
-:func:`~tsm_ds.engine.config.validate_config`).
+:func:`~tsm_ds.engine.config_checks.validate_config`).
 """
 from __future__ import annotations
 
@@ -41,12 +41,13 @@ def recipe_device(ds_config: dict, tsm: dict, recipe: str) -> tuple[str, str]:
     cpu / cuda, else cuda when a GPU is visible, else cpu. Jobs are planned where they do not run:
     a GPU recipe is checked for the GPU, whatever this machine has.
     """
-    from tsm_ds.engine import config as cfgmod
+    from tsm_ds.engine.config_checks import CUDA_ONLY_OPTIMIZERS
+    from tsm_ds.engine.recipes import optimizer_kind
 
     if ds_config.get("fp16", {}).get("enabled"):
         return "cuda", "the recipe enables fp16"
-    src, otype, _ = cfgmod.optimizer_kind({**ds_config, "tsm_ds": tsm})
-    if src == "deepspeed" and otype in cfgmod.CUDA_ONLY_OPTIMIZERS:
+    src, otype, _ = optimizer_kind({**ds_config, "tsm_ds": tsm})
+    if src == "deepspeed" and otype in CUDA_ONLY_OPTIMIZERS:
         return "cuda", f"the recipe's optimizer {otype!r} is CUDA-only"
     if os.path.basename(str(recipe)).startswith("gpu_"):
         return "cuda", "a gpu_* recipe"
@@ -82,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     plan, m, sch = cfg.plan, cfg.model, cfg.schedule
     import torch
 
-    from tsm_ds.engine import config as cfgmod
     from tsm_ds.engine import reshard
+    from tsm_ds.engine.config import resolve_config
+    from tsm_ds.engine.config_checks import validate_config
     from tsm_ds.engine.optim import apply_group_lrs
+    from tsm_ds.engine.recipes import ConfigError, load_config, optimizer_kind, resolve_recipe
     from tsm_ds.models import build_model
     from tsm_ds.models.groups import parameter_groups
 
@@ -93,30 +96,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device, why = plan.device, "--device"
     try:
-        path = cfgmod.resolve_recipe(cfg.engine.deepspeed_config)
-        raw = cfgmod.load_config(path)
+        path = resolve_recipe(cfg.engine.deepspeed_config)
+        raw = load_config(path)
         model = build_model(m.arch, m.num_classes, **m.build_options())
         flags, plan_note = sch.engine_flags(), None
         if plan.resume_from:
             raw, flags, plan_note = reshard.resume_engine_inputs(raw, flags, run_dir=plan.resume_from,
                                                                  resume="auto", world=plan.world_size)
         probe = [g for g in parameter_groups(model, weight_decay=0.0) if g["params"]]
-        ds, tsm, filled, spe = cfgmod.resolve_config(
+        ds, tsm, filled, spe = resolve_config(
             raw, world_size=plan.world_size, train_samples=plan.train_samples, epochs=sch.epochs,
             max_steps=sch.max_steps, lr_mults=[float(g["lr_mult"]) for g in probe], flags=flags)
         reshard.annotate_filled(filled, plan_note)
         if device is None:
             device, why = recipe_device(ds, tsm, str(path))
-        cfgmod.validate_config(ds, tsm, device=device, has_batchnorm=any(
+        validate_config(ds, tsm, device=device, has_batchnorm=any(
             isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) for mod in model.modules()))
-    except cfgmod.ConfigError as e:
+    except ConfigError as e:
         print(f"tsm-ds config: {e} (checked for --device {device or 'auto'}, {plan.world_size} ranks)",
               file=sys.stderr)
         return 2
     except (KeyError, ValueError) as e:   # an unknown --arch, a bad model option
         print(f"tsm-ds config: {e}", file=sys.stderr)
         return 2
-    _, _, oblock = cfgmod.optimizer_kind({**ds, "tsm_ds": tsm})
+    _, _, oblock = optimizer_kind({**ds, "tsm_ds": tsm})
     params = oblock["params"]
     groups = apply_group_lrs([g for g in parameter_groups(model, weight_decay=float(params["weight_decay"]))
                               if g["params"]], float(params["lr"]))

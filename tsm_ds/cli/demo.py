@@ -1,5 +1,5 @@
 """``tsm-ds demo``: TSM against TSN on clips whose classes differ only in temporal order
-(:mod:`tsm_ds.bench.demo`).
+(:mod:`tsm_ds.experiments.demo`).
 
 Generates the motion-direction dataset, trains TSM and TSN on it through the ``deepspeed``
 launcher (same backbone, data, seed and steps), prints both validation top-1 accuracies side by
@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tsm_ds.bench.demo import MODELS, DemoSettings
 from tsm_ds.config import Config, parse
 from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.config.tools import DEMO, command_values
+from tsm_ds.experiments.demo import MODELS, DemoSettings
 
 #: the fields this command uses
 COMMAND = DEMO
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def demo_settings(cfg: Config) -> DemoSettings:
-    """The :class:`~tsm_ds.bench.demo.DemoSettings` (the run both models get) of a parsed
+    """The :class:`~tsm_ds.experiments.demo.DemoSettings` (the run both models get) of a parsed
     ``tsm-ds demo`` command line."""
     m, d, sch = cfg.model, cfg.data, cfg.schedule
     return DemoSettings(arch=m.arch, img_size=d.img_size, num_segments=m.num_segments, shift_div=m.shift_div,
@@ -42,7 +42,7 @@ def demo_settings(cfg: Config) -> DemoSettings:
 def dataset_options(cfg: Config) -> dict:
     """The keyword arguments of :func:`tsm_ds.data.synthetic.make_demo_dataset` of a parsed
     ``tsm-ds demo`` command line (``seed`` and ``workers`` are added by
-    :func:`tsm_ds.bench.demo.run_demo`)."""
+    :func:`tsm_ds.experiments.demo.run_demo`)."""
     g = cfg.demo
     return dict(classes=list(g.classes), train_per_class=g.train_per_class, val_per_class=g.val_per_class,
                 num_frames=g.num_frames, size=g.size, speed=tuple(g.speed), radius=tuple(g.radius),
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
               f"are frame 0 repeated (official TSN sampling), so they show no motion",
               file=sys.stderr)
         return 2
-    from tsm_ds.bench.demo import run_demo
+    from tsm_ds.experiments.demo import run_demo
 
     try:
         res = run_demo(g.out, models=models, training=demo_settings(cfg), dataset=dataset_options(cfg),

@@ -1,4 +1,4 @@
-"""``tsm-ds doctor``: which bottleneck binds on this machine and this data (:mod:`tsm_ds.bench.doctor`).
+"""``tsm-ds doctor``: which bottleneck binds on this machine and this data (:mod:`tsm_ds.doctor`).
 
 Usage::
 
@@ -24,7 +24,7 @@ from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.config.tools import DOCTOR
 
 if TYPE_CHECKING:
-    from tsm_ds.bench.doctor import DoctorSettings
+    from tsm_ds.doctor import DoctorSettings
 
 #: the fields this command uses
 COMMAND = DOCTOR
@@ -36,9 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def doctor_settings(cfg: Config) -> "DoctorSettings":
-    """The :class:`tsm_ds.bench.doctor.DoctorSettings` of a parsed command line (the cluster
+    """The :class:`tsm_ds.doctor.DoctorSettings` of a parsed command line (the cluster
     section's options in its ``extra``: :func:`tsm_ds.cli._doctor_cluster.apply_cluster_options`)."""
-    from tsm_ds.bench.doctor import DoctorSettings
+    from tsm_ds.doctor import DoctorSettings
     from tsm_ds.cli._doctor_cluster import apply_cluster_options
 
     d, m = cfg.doctor, cfg.model
@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:               # a variable that does not convert ($MASTER_PORT=abc)
         print(f"tsm-ds doctor: {e}", file=sys.stderr)
         return 2
-    from tsm_ds.bench.doctor import run_doctor
-    from tsm_ds.bench.doctor.compute import PRECISIONS
-    from tsm_ds.engine.config import ConfigError
+    from tsm_ds.doctor import run_doctor
+    from tsm_ds.doctor.compute import PRECISIONS
+    from tsm_ds.engine.recipes import ConfigError
 
     bad = [p for p in cfg.doctor.precisions if p not in PRECISIONS]
     if bad:

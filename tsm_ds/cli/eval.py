@@ -26,7 +26,7 @@ class names from ``--labels``, e.g. ``kinetics400_labels.txt``).
 
 Views are averaged as logits by default (as the official ``test_models.py``; see
 :mod:`tsm_ds.inference.views`); ``--average prob`` averages softmax probabilities.
-Results (rank 0 writes them): see :mod:`tsm_ds.inference.report`.
+Results (rank 0 writes them): see :mod:`tsm_ds.inference.eval_report`.
 """
 from __future__ import annotations
 

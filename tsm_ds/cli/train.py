@@ -90,7 +90,7 @@ def parse_config(argv: list[str] | None, environ: dict | None = None) -> tuple[C
     env = os.environ if environ is None else environ
     cfg, given = parse(COMMAND, Config, argv, base=base, env=env)
     if base is None and cfg.output.resume:
-        from tsm_ds.engine.config import ConfigError, resolve_recipe
+        from tsm_ds.engine.recipes import ConfigError, resolve_recipe
         try:
             record = run_dir_of(cfg, resolve_recipe(cfg.engine.deepspeed_config or default_recipe())) / "config.json"
         except ConfigError:   # the trainer names the bad recipe
@@ -215,7 +215,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     from tsm_ds.engine.safe_load import UntrustedCheckpointError
     from tsm_ds.engine.settings import run_summary
     from tsm_ds.engine.trainer import Trainer, TrainSettings
-    from tsm_ds.engine.config import ConfigError, load_config, resolve_recipe
+    from tsm_ds.engine.recipes import ConfigError, load_config, resolve_recipe
     try:
         cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or default_recipe()))
         log.info("engine JSON: %s%s", cfg_path,

@@ -12,7 +12,11 @@ default (the demo trains resnet18 at 64 px). Only options that mean something el
 This module is in the bottom layer: it imports nothing else of the package, so the defaults that
 mirror library constants (the loaders of ``bench data``, the paper's figures of ``bench scale``, the
 study's values of ``bench large-batch``) are written out here and tested equal to them
-(``tests/bench/test_tool_commands.py``).
+(``tests/config/test_tool_commands.py``).
+
+Kept as one file on purpose: it is the single place where the tools' own options are declared
+(one short dataclass and one command per tool), and the tests compare it as a whole against the
+library's constants.
 """
 from __future__ import annotations
 
@@ -164,15 +168,15 @@ class BenchScaleConfig:
     quick: bool = opt(False, "accepted for 'bench all' (the model is instant)")
 
 
-#: the study's recipes (:data:`tsm_ds.bench.large_batch.grid.RECIPES`)
+#: the study's recipes (:data:`tsm_ds.experiments.large_batch.grid.RECIPES`)
 LARGE_BATCH_RECIPES = ("sgd_fixed", "sgd_linear", "lars", "lamb")
 
 
 @dataclass
 class BenchLargeBatchConfig:
-    """``tsm-ds bench large-batch`` (:func:`tsm_ds.bench.large_batch.run_study`). Values left unset
-    are those of the full study or of ``--quick``
-    (:class:`tsm_ds.bench.large_batch.grid.StudySettings`, ``QUICK``); the micro-batch is
+    """``tsm-ds bench large-batch`` (:func:`tsm_ds.experiments.large_batch.run_study`). Values left
+    unset are those of the full study or of ``--quick``
+    (:class:`tsm_ds.experiments.large_batch.grid.StudySettings`, ``QUICK``); the micro-batch is
     ``schedule.micro_batch_size``."""
 
     out_dir: str = opt("bench_out/large_batch", "output folder", aliases=("--out",))
@@ -221,7 +225,7 @@ DEMO_RECIPE = "cpu_demo_adamw"
 
 @dataclass
 class DemoConfig:
-    """``tsm-ds demo`` (:func:`tsm_ds.bench.demo.run_demo`): the dataset
+    """``tsm-ds demo`` (:func:`tsm_ds.experiments.demo.run_demo`): the dataset
     (:func:`tsm_ds.data.synthetic.make_demo_dataset`) and the launch; the training both models get
     is the shared model / data / schedule / engine fields (the command's defaults)."""
 
@@ -251,7 +255,7 @@ class DemoConfig:
 
 @dataclass
 class DoctorConfig:
-    """``tsm-ds doctor`` (:func:`tsm_ds.bench.doctor.run_doctor`); the model, recipe and data are the
+    """``tsm-ds doctor`` (:func:`tsm_ds.doctor.run_doctor`); the model, recipe and data are the
     shared fields (unset: this device's defaults), the re-encoding is ``tsm-ds prepare``'s."""
 
     precisions: tuple[str, ...] = opt((), "more compute precisions, comma list of fp32,bf16,fp16,autocast_bf16,"
@@ -274,7 +278,7 @@ class DoctorConfig:
 
 @dataclass
 class ClusterCheckConfig:
-    """``tsm-ds doctor --hostfile``: the cluster preflight (:mod:`tsm_ds.bench.doctor.cluster`)."""
+    """``tsm-ds doctor --hostfile``: the cluster preflight (:mod:`tsm_ds.doctor.cluster`)."""
 
     hostfile: str | None = opt(None, "DeepSpeed hostfile ('<host> slots=<ranks>' lines): check every host (ssh, host "
                                "key, python and versions, shared run dir, master port, pdsh) and run one all-reduce "

@@ -95,7 +95,7 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    """The engine recipe (:mod:`tsm_ds.engine.config`)."""
+    """The engine recipe (:mod:`tsm_ds.engine.recipes`; its ``"auto"`` values: :mod:`tsm_ds.engine.config`)."""
 
     deepspeed_config: str | None = opt(None, "engine JSON: a path or a shipped recipe name (cpu_fp32, gpu_fp16, ...; "
                                        "default cpu_fp32 without CUDA, else gpu_fp16)", flag="--deepspeed_config",

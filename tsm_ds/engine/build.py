@@ -18,14 +18,16 @@ import torch
 import torch.distributed as dist
 
 from tsm_ds.data.bad_videos import BadVideoTracker
-from tsm_ds.engine import config as cfgmod
+from tsm_ds.engine import config as cfgmod   # called through the module: tests count the resolutions
 from tsm_ds.engine import reshard
 from tsm_ds.engine.checkpoint import CheckpointManager
+from tsm_ds.engine.config_checks import validate_config
 from tsm_ds.engine.dist import device as current_device
 from tsm_ds.engine.dist import hosts, init_distributed
 from tsm_ds.engine.guard import DivergenceGuard, EngineGuard
 from tsm_ds.engine.model_prep import compile_engine, has_batchnorm, prepare_model
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
+from tsm_ds.engine.recipes import AUTO, optimizer_kind
 from tsm_ds.engine.settings import TrainSettings, build_loaders, save_config_record
 from tsm_ds.engine.state import Layout
 
@@ -91,7 +93,7 @@ def _resolve(model, train_set, raw: dict, s: TrainSettings, param_groups, world:
                                      max_steps=s.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe],
                                      flags=flags)
     reshard.annotate_filled(resolved[2], plan)
-    cfgmod.validate_config(resolved[0], resolved[1], device=dev_name, has_batchnorm=has_batchnorm(model))
+    validate_config(resolved[0], resolved[1], device=dev_name, has_batchnorm=has_batchnorm(model))
     return resolved
 
 
@@ -130,9 +132,9 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         resolved = _resolve(model, train_set, raw, s, param_groups, world, dev.type)
         counter.append(world)
     ds_cfg, tsm, filled, spe = resolved
-    src, otype, oblock = cfgmod.optimizer_kind({**ds_cfg, "tsm_ds": tsm})
+    src, otype, oblock = optimizer_kind({**ds_cfg, "tsm_ds": tsm})
     for mon in ("tensorboard", "csv_monitor"):
-        if isinstance(ds_cfg.get(mon), dict) and ds_cfg[mon].get("output_path") == cfgmod.AUTO:
+        if isinstance(ds_cfg.get(mon), dict) and ds_cfg[mon].get("output_path") == AUTO:
             ds_cfg[mon]["output_path"] = str(Path(s.run_dir) / "tensorboard")
     micro, accum = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     total = spe * s.epochs if s.max_steps is None else min(spe * s.epochs, s.max_steps)

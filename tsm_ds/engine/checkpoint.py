@@ -28,6 +28,10 @@ Resuming never runs code from the files (:mod:`tsm_ds.engine.safe_load`): every 
 is first loaded weights-only (a file asking for a global outside the allowlist is refused, naming
 it), then DeepSpeed's ``load_checkpoint`` runs with its ``torch.load`` calls forced weights-only,
 and the ``rank*.pt`` files are read weights-only; ``trust=True`` (``--trust-checkpoint``) lifts that.
+
+Kept whole: saving, verifying, pruning and loading a tag are one protocol over one layout (the
+manifest, ``latest``, every rank agreeing) and change together; reading the other checkpoint kinds
+is already apart (:mod:`tsm_ds.engine.checkpoint_reader`).
 """
 from __future__ import annotations
 
@@ -361,8 +365,11 @@ def plain_state_dict(module: torch.nn.Module) -> dict:
             for k, v in module.state_dict().items()}
 
 
-def export_model(path: str | Path, module: torch.nn.Module, *, class_names: list[str], extra: dict | None = None) -> None:
-    """Write the plain model file the eval / predict / export tools read (atomically).
+def save_weights_export(path: str | Path, module: torch.nn.Module, *, class_names: list[str],
+                        extra: dict | None = None) -> None:
+    """Write the plain model file the eval / predict / export tools read (atomically): the weights
+    export ``<run>/best_model.pt`` / ``last_model.pt`` (not :func:`tsm_ds.inference.export.export_model`,
+    which writes torch.export / ONNX files).
 
     Format (the team contract): ``{"state_dict": ..., "model_config": module.config (or None),
     "class_names": [...], **extra}``; rebuild with ``build_model(**model_config)``.

@@ -5,8 +5,8 @@ by the inference tools (:func:`tsm_ds.inference.loading.load_for_inference`: eva
 export), so that both accept the same paths and read them the same way. Kinds (``source``):
 
 * ``"state_dict"``: our export ``RUN/best_model.pt`` / ``RUN/last_model.pt``
-  (:func:`tsm_ds.engine.checkpoint.export_model`: ``{"state_dict", "model_config", "class_names",
-  "img_size", ...}``), or a plain state dict file (bare, or under ``"state_dict"``; then
+  (:func:`tsm_ds.engine.checkpoint.save_weights_export`: ``{"state_dict", "model_config",
+  "class_names", "img_size", ...}``), or a plain state dict file (bare, or under ``"state_dict"``; then
   ``model_config`` is None). Read with ``torch.load(weights_only=True)``.
 * ``"deepspeed"``: a trainer run directory ``RUN/`` (its ``checkpoints/``), a DeepSpeed save
   directory with ``latest`` (``RUN/checkpoints``), a tag directory (``RUN/checkpoints/step00000120``)
@@ -65,9 +65,9 @@ class CheckpointContents:
 
     Attributes:
         state_dict: parameter/buffer name -> CPU tensor; floating tensors float32 (weights of
-            fp16/bf16 engines are upcast, as :func:`tsm_ds.engine.checkpoint.export_model` does);
-            ``module.`` / ``_orig_mod.`` wrapper prefixes (also nested) stripped, so the keys are
-            those of the bare model (official files: converted to our names).
+            fp16/bf16 engines are upcast, as :func:`tsm_ds.engine.checkpoint.save_weights_export`
+            does); ``module.`` / ``_orig_mod.`` wrapper prefixes (also nested) stripped, so the keys
+            are those of the bare model (official files: converted to our names).
         model_config: :func:`tsm_ds.models.build_model` keyword arguments, or None when the file
             does not record them (a plain state dict).
         class_names: the K class names recorded with the weights, or None (official files, plain

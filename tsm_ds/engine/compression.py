@@ -50,8 +50,8 @@ JSON (``ds_config["tsm_ds"]["compression"]``, read by the trainer)::
 Precision and ZeRO:
 
 * ZeRO stage 0 only. ZeRO >= 1 reduce (reduce-scatter) the gradients inside their own optimizer,
-  so there is no all-reduce left to replace: :func:`build_compressor` and :func:`tsm_ds.engine.config.validate_config`
-  raise ``ValueError`` saying so.
+  so there is no all-reduce left to replace: :func:`build_compressor` and
+  :func:`tsm_ds.engine.config_checks.validate_config` raise ``ValueError`` saying so.
 * fp32 gradients (fp32 engine, or ``torch_autocast`` which keeps fp32 parameters): compressed in
   fp32. bf16/fp16 engines at ZeRO 0 (DeepSpeed's FP16_Optimizer keeps bf16/fp16 gradients in
   ``p.grad``): the gradient is copied to fp32, divided by the optimizer's current loss scale (fp16
@@ -80,6 +80,9 @@ With LAMB/LARS prefer a long ``freeze_step`` or bf16 communication.
 
 The tensor math (sign packing, :class:`ChunkLayout`, per-chunk scales, the scaled-sign quantiser)
 lives in :mod:`tsm_ds.engine.onebit`; its names are re-exported here.
+
+Kept whole: 80 of its lines are this description (the algorithm, its JSON, its limits), and the
+tensor math is already apart.
 """
 from __future__ import annotations
 
@@ -115,8 +118,8 @@ def _zero_message(stage: int) -> str:
 
 def parse_compression_block(block: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Validated copy of the ``tsm_ds.compression`` block with defaults filled in; None for
-    "none" / absent. Called by :func:`tsm_ds.engine.config.validate_config` (the one validator)
-    and by :func:`build_compressor`.
+    "none" / absent. Called by :func:`tsm_ds.engine.config_checks.validate_config` (the one
+    validator) and by :func:`build_compressor`.
 
     Raises:
         ValueError: not an object, no / unknown ``type``, unknown keys, or bad values (named).

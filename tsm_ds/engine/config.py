@@ -1,15 +1,8 @@
-"""Engine JSON: load a ``ds_configs/*.json`` recipe, fill its ``"auto"`` values, refuse what cannot work.
+"""Engine JSON resolved for a run: every ``"auto"`` of a recipe filled (:func:`resolve_config`).
 
-A recipe is a DeepSpeed config plus one ``"tsm_ds"`` block that DeepSpeed never sees:
-
-- ``tsm_ds.optimizer``: a client optimizer built by us (``timm.Lamb``, ``timm.Lars``, ``torch.SGD``,
-  ``torch.AdamW``), used instead of DeepSpeed's ``"optimizer"`` block (one or the other).
-- ``tsm_ds.lr_schedule``: the client schedule (official step decay or cosine, linear warmup in
-  optimizer steps), used instead of DeepSpeed's ``"scheduler"`` block (one or the other).
-- ``tsm_ds.lr_scaling``: ``{"rule": "linear"|"sqrt"|"none", "base_lr": 0.02, "base_batch": 128}``.
-- ``tsm_ds.compression``: handed to ``tsm_ds.engine.compression.build_compressor``.
-
-Keys whose name starts with ``_`` (``"_comment"``) are documentation and are dropped.
+The recipe format and the ``tsm_ds`` block: :mod:`tsm_ds.engine.recipes` (which also finds and reads
+recipes); the check of the result: :func:`tsm_ds.engine.config_checks.validate_config`; the run's
+record: :mod:`tsm_ds.engine.provenance`.
 
 Filling rules (every filled value is returned in ``filled`` and logged by the trainer):
 
@@ -35,10 +28,11 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 from typing import Any
 
-AUTO = "auto"
+from tsm_ds.engine.recipes import AUTO, ConfigError, optimizer_kind
+
+__all__ = ["DEFAULTS", "FLAG_KEYS", "CLIENT_OPTIMIZERS", "SCALING_DEFAULT", "scaled_lr", "resolve_config"]
 
 # Official TSM Kinetics defaults (main.py / opts.py of mit-han-lab/temporal-shift-module).
 DEFAULTS = {
@@ -65,65 +59,10 @@ FLAG_KEYS = {
     "lr_steps": "tsm_ds.lr_schedule.decay_epochs",
 }
 
-REMOVED_OPTIMIZERS = {"onebitadam", "onebitlamb", "zerooneadam"}
-CUDA_ONLY_OPTIMIZERS = {"lamb": "FusedLamb", "lion": "FusedLion"}
-# DeepSpeed's ZERO_SUPPORTED_OPTIMIZERS as built from a JSON "optimizer" block (runtime/zero/utils.py)
-ZERO_TESTED_TYPES = {"adam", "adamw", "adagrad", "lamb", "lion", "cpuadam"}
 CLIENT_OPTIMIZERS = {"timm.lamb", "timm.lars", "torch.sgd", "torch.adamw"}
 SCALING_DEFAULT = {"sgd": "linear", "timm.lars": "linear", "torch.sgd": "linear",
                    "lamb": "sqrt", "timm.lamb": "sqrt", "adam": "sqrt", "adamw": "sqrt",
                    "torch.adamw": "sqrt"}
-
-
-class ConfigError(ValueError):
-    """An engine JSON that cannot work; the message names the key and the fix."""
-
-
-#: where named recipes live: ``tsm_ds/ds_configs`` in an installed package (setup.py installs the
-#: top-level ``ds_configs/`` there), the repository's ``ds_configs/`` in a source checkout or an
-#: editable install
-RECIPE_DIRS: tuple[Path, ...] = (Path(__file__).resolve().parents[1] / "ds_configs",
-                                 Path(__file__).resolve().parents[2] / "ds_configs")
-
-
-def recipe_names() -> list[str]:
-    """Names of the recipes shipped with the package (``cpu_fp32``, ``gpu_fp16``, ...), sorted."""
-    return sorted({f.stem for d in RECIPE_DIRS if d.is_dir() for f in d.glob("*.json")})
-
-
-def resolve_recipe(name_or_path: str | Path) -> Path:
-    """The engine JSON file meant by ``--deepspeed_config``: a path, or a shipped recipe's name.
-
-    ``ds_configs/cpu_fp32.json`` (an existing file) is taken as given; ``cpu_fp32`` or
-    ``cpu_fp32.json`` (no folder part, no such file in the current directory) is looked up in
-    :data:`RECIPE_DIRS`, so recipes work from any directory and from a non-editable install.
-
-    Raises:
-        ConfigError: neither an existing file nor a shipped recipe (the message lists the names).
-    """
-    p = Path(name_or_path)
-    if p.is_file():
-        return p
-    if p.parent == Path("."):
-        stem = p.name[:-5] if p.name.endswith(".json") else p.name
-        for d in RECIPE_DIRS:
-            if (d / f"{stem}.json").is_file():
-                return d / f"{stem}.json"
-    raise ConfigError(f"{p}: engine JSON not found; pass --deepspeed_config with a file path or a "
-                      f"shipped recipe name: {', '.join(recipe_names()) or '(none installed)'}")
-
-
-def load_config(path: str | Path) -> dict:
-    """Read a recipe JSON, given by path or by name (see :func:`resolve_recipe`).
-
-    Raises:
-        ConfigError: missing file or invalid JSON (message names the file and the line).
-    """
-    p = resolve_recipe(path)
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}: not valid JSON ({e}); fix the file") from e
 
 
 def _strip_comments(obj: Any) -> Any:
@@ -132,28 +71,6 @@ def _strip_comments(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_strip_comments(v) for v in obj]
     return obj
-
-
-def optimizer_kind(cfg: dict) -> tuple[str, str, dict]:
-    """Which optimizer a recipe asks for.
-
-    Returns:
-        (source, type_lower, block): source ``"deepspeed"`` (JSON ``optimizer``), ``"client"``
-        (``tsm_ds.optimizer``) or ``"none"``; the block is the dict holding ``params``.
-
-    Raises:
-        ConfigError: both blocks given.
-    """
-    ds_opt = cfg.get("optimizer")
-    client = cfg.get("tsm_ds", {}).get("optimizer")
-    if ds_opt and client:
-        raise ConfigError("engine JSON has both `optimizer` and `tsm_ds.optimizer`: keep one "
-                          "(`tsm_ds.optimizer` builds a client optimizer, e.g. timm.Lamb on CPU)")
-    if client:
-        return "client", str(client.get("type", "")).lower(), client
-    if ds_opt:
-        return "deepspeed", str(ds_opt.get("type", "")).lower(), ds_opt
-    return "none", "", {}
 
 
 def scaled_lr(rule: str, base_lr: float, base_batch: int, global_batch: int) -> float:
@@ -401,98 +318,3 @@ def _walk(obj: Any, prefix: str = ""):
             yield from _walk(v, f"{prefix}.{k}" if prefix else str(k))
     else:
         yield prefix, obj
-
-
-def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: bool) -> None:
-    """Refuse, before the first step, a resolved configuration that cannot work.
-
-    Args:
-        ds_config: the resolved DeepSpeed config (``resolve_config``'s first value).
-        tsm: the resolved ``tsm_ds`` block.
-        device: ``"cpu"`` or the accelerator name (``"cuda"``).
-        has_batchnorm: the model holds BatchNorm layers (TSM's ResNets and MobileNetV2 do).
-
-    Raises:
-        ConfigError naming the key and the fix: fp16 on CPU; bf16 with BatchNorm but no
-        ``data_types.buffer_dtype``; FusedLamb / FusedLion on CPU; the 1-bit optimizers removed
-        in DeepSpeed 0.19.7; ZeRO with an optimizer DeepSpeed has not tested and no
-        ``zero_allow_untested_optimizer``; compression with ZeRO or DeepSpeed's bf16 optimizer,
-        or an invalid ``tsm_ds.compression`` block; no optimizer at all. The only validator: the
-        trainer and the tools call it once per start.
-    """
-    fp16 = bool(ds_config.get("fp16", {}).get("enabled", False))
-    bf16 = bool(ds_config.get("bf16", {}).get("enabled", False))
-    if fp16 and bf16:
-        raise ConfigError("`fp16.enabled` and `bf16.enabled` are both true: enable one")
-    if fp16 and device == "cpu":
-        raise ConfigError("`fp16.enabled` = true, but DeepSpeed has no fp16 training on this device (cpu): "
-                          "use ds_configs/cpu_bf16.json (`bf16` + `data_types.buffer_dtype`) or "
-                          "ds_configs/cpu_fp32.json")
-    if bf16 and has_batchnorm and "buffer_dtype" not in ds_config.get("data_types", {}):
-        raise ConfigError("`bf16.enabled` = true on a model with BatchNorm but no `data_types.buffer_dtype`: "
-                          "DeepSpeed keeps the BN running stats fp32 and fails in the first forward "
-                          "(expected scalar type BFloat16 but found Float); add "
-                          "\"data_types\": {\"buffer_dtype\": \"bf16\"} or use `torch_autocast` instead")
-    src, otype, _ = optimizer_kind({**ds_config, "tsm_ds": tsm})
-    if src == "none":
-        raise ConfigError("the engine JSON has no `optimizer` or `tsm_ds.optimizer` block: add one "
-                          "(see ds_configs/cpu_fp32.json)")
-    if otype in REMOVED_OPTIMIZERS:
-        raise ConfigError(f"optimizer.type = {otype!r}: OneBitAdam/OneBitLamb/ZeroOneAdam were removed from "
-                          f"DeepSpeed 0.19.7; use the `tsm_ds.compression` block of the engine JSON, "
-                          f"see README")
-    if src == "deepspeed" and otype in CUDA_ONLY_OPTIMIZERS and device == "cpu":
-        raise ConfigError(f"optimizer.type = {otype!r} builds DeepSpeed's {CUDA_ONLY_OPTIMIZERS[otype]}, "
-                          f"which is CUDA-only; on CPU use the client optimizer "
-                          f"\"tsm_ds\": {{\"optimizer\": {{\"type\": \"timm.Lamb\"}}}} "
-                          f"(ds_configs/cpu_lamb.json)")
-    stage = int(ds_config.get("zero_optimization", {}).get("stage", 0) or 0)
-    if stage >= 1 and src != "none" and not ds_config.get("zero_allow_untested_optimizer", False):
-        tested = src == "deepspeed" and otype in ZERO_TESTED_TYPES
-        if not tested:
-            name = ds_config.get("optimizer", {}).get("type") if src == "deepspeed" else tsm["optimizer"]["type"]
-            raise ConfigError(f"ZeRO stage {stage} with optimizer {name!r}, which DeepSpeed has not tested with "
-                              f"ZeRO: set \"zero_allow_untested_optimizer\": true (it works here, see "
-                              f"ds_configs/cpu_zero1.json) or use Adam/AdamW")
-    from tsm_ds.engine.compression import parse_compression_block
-    try:
-        active = parse_compression_block(tsm.get("compression")) is not None
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-    if active and (stage >= 1 or bf16 or fp16):
-        raise ConfigError("`tsm_ds.compression` needs ZeRO stage 0 with fp32 or `torch_autocast` (the "
-                          "compressor averages the module's gradients itself); remove `zero_optimization` "
-                          "/ `bf16` / `fp16` or the compression block")
-
-
-def provenance() -> dict:
-    """Where a run came from: the git commit of the source checkout (None for an installed package),
-    whether it had uncommitted changes, the Python and package versions."""
-    import platform
-    import subprocess
-    from importlib import metadata
-
-    versions = {}
-    for name in ("tsm_ds", "torch", "torchvision", "deepspeed", "av", "numpy", "timm"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    src = Path(__file__).resolve().parents[2]
-    commit = dirty = None
-    try:
-        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-        if commit:
-            dirty = bool(subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
-                                        capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"git_commit": commit, "git_dirty": dirty, "python": platform.python_version(), "packages": versions}
-
-
-def save_resolved(path: str | Path, record: dict) -> None:
-    """Write the run's full resolved configuration (flags + engine JSON) atomically as JSON."""
-    from tsm_ds.utils.io import atomic_write_text
-
-    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")

@@ -7,7 +7,7 @@ by W0 ranks with global batch G0 = micro-batch m0 x accumulation a0 x W0 resumes
   G0 (the lr scaling rule, the steps per epoch and the lr schedule depend on it); the micro-batch
   stays m0 unless the recipe fixes another or ``--micro-batch-size`` is given; the accumulation is
   derived, G0 / (m x W1), whatever the recipe or ``--grad-accum`` said for the old world size.
-  When it does not divide, :class:`~tsm_ds.engine.config.ConfigError` names the numbers, the world
+  When it does not divide, :class:`~tsm_ds.engine.recipes.ConfigError` names the numbers, the world
   sizes that work and the micro-batches that would. The checkpoint's batch layout is read from its
   ``complete.json`` (written by :func:`manifest_fields` since this module exists), for older
   checkpoints from the run's ``config.json`` (``resolved_ds_config``).
@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from tsm_ds.engine.checkpoint_reader import COMPLETE
-from tsm_ds.engine.config import AUTO, ConfigError
+from tsm_ds.engine.recipes import AUTO, ConfigError
 
 __all__ = ["CheckpointLayout", "ReshardPlan", "annotate_filled", "check_optimizer_state", "load",
            "manifest_fields", "peek_resume_tag", "read_layout", "remaining_shard", "reseed",

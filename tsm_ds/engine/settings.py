@@ -294,9 +294,10 @@ def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, f
 
     import torch
 
-    from tsm_ds.engine import config as cfgmod
+    from tsm_ds.engine.provenance import provenance, save_resolved
+    from tsm_ds.engine.recipes import optimizer_kind
 
-    base_lr = float(cfgmod.optimizer_kind({**ds_cfg, "tsm_ds": tsm})[2]["params"]["lr"])
+    base_lr = float(optimizer_kind({**ds_cfg, "tsm_ds": tsm})[2]["params"]["lr"])
     record = {**s.record, "engine_json": raw, "resolved_ds_config": ds_cfg,
               "resolved_tsm_ds": tsm, "auto_filled": filled, "world_size": world,
               "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
@@ -305,11 +306,11 @@ def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, f
               "param_groups": [{"name": n, "lr": base_lr * float(g["lr_mult"]), "lr_at_start": g["lr"],
                                 "lr_mult": g["lr_mult"], "weight_decay": g.get("weight_decay")} for n, g in groups],
               "class_names": list(s.class_names), "torch_threads": torch.get_num_threads(),
-              "provenance": {**cfgmod.provenance(), "hosts": hosts}}
+              "provenance": {**provenance(), "hosts": hosts}}
     name = "config.json"
     if s.resume and (Path(s.run_dir) / name).is_file():  # keep the first run's record
         name = f"config.resumed-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    cfgmod.save_resolved(Path(s.run_dir) / name, record)
+    save_resolved(Path(s.run_dir) / name, record)
 
 
 def build_loaders(train_set, val_set, *, micro: int, world: int, rank: int, seed: int, num_workers: int,

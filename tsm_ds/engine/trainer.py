@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from tsm_ds.engine.build import build_engine
-from tsm_ds.engine.checkpoint import CheckpointSaveError, export_model, tag_for_step
+from tsm_ds.engine.checkpoint import CheckpointSaveError, save_weights_export, tag_for_step
 from tsm_ds.engine.components import default_hooks
 from tsm_ds.engine.evaluate import validate
 from tsm_ds.engine.guard import DivergenceError, decide_rollback
@@ -256,5 +256,5 @@ class Trainer:
         if check:
             p.guard.check_weights(f"exporting {name}", step=self.state.step, lrs=self._lrs())
         if p.layout.rank == 0:
-            export_model(self.s.run_dir / name, p.engine.module, class_names=self.s.class_names,
-                         extra={**extra, "img_size": self._img_size()})
+            save_weights_export(self.s.run_dir / name, p.engine.module, class_names=self.s.class_names,
+                                extra={**extra, "img_size": self._img_size()})

@@ -59,6 +59,9 @@ Test hook: ``test_hang="<rank>:<step>[:<seconds>]"`` (the train command's hidden
 set from ``TSM_DS_TEST_HANG``) makes that rank sleep (default 3600 s)
 in the beat of that optimizer step, inside :func:`_sleep_for_test` (a frame the stacks show),
 before the beat counts: that rank's last progress stays the step before.
+
+Kept whole: 60 of its lines are this description, and the rest is one hook whose firing,
+following and reporting steps share the same files under ``stacks/`` and the same state.
 """
 from __future__ import annotations
 

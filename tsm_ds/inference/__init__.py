@@ -3,7 +3,7 @@
 - :mod:`.loading`: any checkpoint (our export, a DeepSpeed run dir, an official ``.pth``) as an
   eval-mode model with its class names and config.
 - :mod:`.views`: the official test protocols (clips x crops) and view averaging.
-- :mod:`.evaluate`: multi-view evaluation on one process or many; :mod:`.report`: metrics and files.
+- :mod:`.evaluate`: multi-view evaluation on one process or many; :mod:`.eval_report`: metrics and files.
 - :mod:`.predict`: top-k classes of a video, by the test protocol or streaming (online TSM).
 - :mod:`.export`: ``torch.export`` and ONNX, checked against PyTorch.
 

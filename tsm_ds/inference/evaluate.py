@@ -3,7 +3,7 @@
 Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
 :func:`tsm_ds.engine.evaluate.gather_predictions`). Views are averaged as logits by default (as
 the official ``test_models.py``; see :mod:`tsm_ds.inference.views`); ``average="prob"`` averages
-softmax probabilities. Results (rank 0 writes them): see :mod:`tsm_ds.inference.report`.
+softmax probabilities. Results (rank 0 writes them): see :mod:`tsm_ds.inference.eval_report`.
 """
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
 
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.engine.evaluate import gather_predictions
-    from tsm_ds.inference.report import write_eval_results
+    from tsm_ds.inference.eval_report import write_eval_results
     from tsm_ds.inference.views import MultiViewForward, view_protocol
 
     rank, world = init_distributed(require_group=False)

@@ -118,8 +118,8 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None, tr
         raise ValueError(
             f"{contents.path}: no 'model_config' recorded with the weights: the model cannot be rebuilt; "
             + ("use the run's exported best_model.pt instead" if contents.source == "deepspeed" else
-               "save it with tsm_ds.engine.checkpoint.export_model, or, for an official TSM checkpoint that "
-               "was renamed, pass arch= and num_classes= (--arch, --num-classes)"))
+               "save it with tsm_ds.engine.checkpoint.save_weights_export, or, for an official TSM checkpoint "
+               "that was renamed, pass arch= and num_classes= (--arch, --num-classes)"))
     model = _build(contents.model_config, overrides)
     try:
         load_exact(model, contents.state_dict, contents.path)

@@ -48,6 +48,10 @@ Two implementations of one definition
   convolution sees a channels-last input (tests/models/test_shift.py). The reference path returns
   a contiguous tensor (``torch.cat``); :class:`ShiftConv2d` and :class:`TemporalShift` put it back
   in channels-last (one copy) so that the network keeps its layout after a fallback shift.
+
+Kept whole: the reference shift and the fused in-place path are two implementations of one
+definition that share the channel moves (``_moves``) and are tested against each other; a reader
+needs both side by side.
 """
 from __future__ import annotations
 

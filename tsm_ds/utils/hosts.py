@@ -1,7 +1,7 @@
 """Hostfiles and ssh as DeepSpeed's launcher uses them: the hosts and their slots, the ssh command
 line, and what to do about each ssh error. No torch: the launch scripts ask through
 ``python -m tsm_ds.cli.launch_helper`` (``hosts``, ``slots``, ``check-ssh``) and the doctor's
-cluster section (:mod:`tsm_ds.bench.doctor.cluster`) reads the same functions.
+cluster section (:mod:`tsm_ds.doctor.cluster`) reads the same functions.
 
 A hostfile is DeepSpeed's: one line per host, ``<host> slots=<ranks>``; ``#`` starts a comment,
 blank lines are skipped (DeepSpeed 0.19.8's ``runner._parse_hostfile`` refuses a host listed twice

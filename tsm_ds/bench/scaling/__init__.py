@@ -8,7 +8,7 @@ storage, CPU cores, gradient precision, 1-bit compression, newer GPUs). Modules:
   presets (Summit, H100, H200) and :class:`Workload`, with their sources;
 - :mod:`~tsm_ds.bench.scaling.model`: ring / hierarchical all-reduce, data loading, one step,
   :func:`calibrate` and :func:`run_model` (:class:`ScalingResult`);
-- :mod:`~tsm_ds.bench.scaling.report`: numbers taken from the other benches' JSON
+- :mod:`~tsm_ds.bench.scaling.scale_report`: numbers taken from the other benches' JSON
   (:func:`bench_inputs`), the markdown and the whole run from plain arguments
   (:func:`write_scale_report`).
 
@@ -21,7 +21,7 @@ from tsm_ds.bench.scaling.model import (ScalingResult, allreduce_time, calibrate
                                         format_duration, gpu_counts, gradient_bytes, ring_allreduce_time,
                                         run_model, step_breakdown, steps_per_epoch, straggler_factor)
 from tsm_ds.bench.scaling.presets import CLUSTERS, GB, MODELS, PAPER, Cluster, Workload
-from tsm_ds.bench.scaling.report import ScaleReport, bench_inputs, markdown_report, write_scale_report
+from tsm_ds.bench.scaling.scale_report import ScaleReport, bench_inputs, markdown_report, write_scale_report
 
 __all__ = ["GB", "PAPER", "MODELS", "Cluster", "CLUSTERS", "Workload",
            "ring_allreduce_time", "allreduce_time", "gradient_bytes", "data_loading_time",

@@ -24,7 +24,7 @@ The model (one data-parallel step, every GPU the same)::
 
 Units: seconds, bytes, bytes/s. The inputs (papers' figures, cluster presets) are in
 :mod:`tsm_ds.bench.scaling.presets`; reading the other benches' JSON and the markdown report in
-:mod:`tsm_ds.bench.scaling.report`.
+:mod:`tsm_ds.bench.scaling.scale_report`.
 """
 from __future__ import annotations
 

@@ -7,21 +7,25 @@ Modules:
 - :mod:`~tsm_ds.data.video.index`: the demux-only frame index (:class:`VideoIndex`), its
   in-process and on-disk caches, :func:`count_frames`.
 - :mod:`~tsm_ds.data.video.decode`: :func:`decode_frames` (exact frames: seek only forward past
-  the decode position, convert only what is asked for), :func:`iter_decoded` (the one
-  sequential decode loop), :func:`iter_frames`, :func:`decode_all_frames`, RGB conversion with
-  rotation metadata applied.
+  the decode position, convert only what is asked for).
+- :mod:`~tsm_ds.data.video.sequential`: whole videos in order: :func:`iter_decoded` (the one
+  sequential decode loop, :class:`DecodeStats`), :func:`iter_frames` (streaming),
+  :func:`decode_all_frames` (the reference decoder).
+- :mod:`~tsm_ds.data.video.convert`: a decoded frame as RGB (:func:`to_rgb`), rotation metadata
+  applied (:func:`rotate`).
 
 A frame index is the i-th frame in presentation order, counted from 0, for video files and frame
 folders alike. Frames are np.uint8 (H, W, 3) RGB.
 """
 from __future__ import annotations
 
-from .decode import (DecodeStats, decode_all_frames, decode_frames, iter_decoded, iter_frames, rotate,
-                     to_rgb)
+from .convert import rotate, to_rgb
+from .decode import decode_frames
 from .errors import NoVideoStreamError, VideoDecodeError, VideoError, VideoOpenError, warn_once
 from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder
 from .index import (VideoIndex, build_index, clear_index_cache, count_frames, get_index, open_video,
                     set_index_cache_dir, set_index_cache_size, video_stream)
+from .sequential import DecodeStats, decode_all_frames, iter_decoded, iter_frames
 
 __all__ = [
     "VideoError", "VideoOpenError", "NoVideoStreamError", "VideoDecodeError", "warn_once",

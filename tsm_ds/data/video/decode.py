@@ -1,4 +1,4 @@
-"""Decode exactly the frames a clip needs (:func:`decode_frames`), or stream frames in order.
+"""Decode exactly the frames a clip needs (:func:`decode_frames`).
 
 How a clip is decoded (:func:`decode_frames`):
 
@@ -13,8 +13,9 @@ How a clip is decoded (:func:`decode_frames`):
    sequentially from the start, counting frames as the decoder outputs them (presentation order).
    The same happens, with a one-time warning, when the decoder's output pts ever go backwards.
 
-Every sequential pass (in :func:`decode_frames`, :func:`decode_all_frames`, :func:`iter_frames`,
-streaming inference, the decoding benchmark) runs through one loop, :func:`iter_decoded`.
+Every sequential pass runs through one loop, :func:`tsm_ds.data.video.sequential.iter_decoded`
+(that module also holds the whole-video readers :func:`~tsm_ds.data.video.sequential.iter_frames`
+and :func:`~tsm_ds.data.video.sequential.decode_all_frames`).
 
 Frames the stream does not deliver (a decode error part-way, or the packet count exceeding the
 decodable frames, e.g. DivX "packed B-frame" placeholder packets) are replaced by the last frame
@@ -22,145 +23,25 @@ that decoded, after one warning per file; see :func:`decode_frames`. A file with
 raises :class:`~tsm_ds.data.video.errors.VideoDecodeError`.
 
 Rotation metadata (display matrix, ``frame.rotation`` in PyAV 18) is applied as ffmpeg's
-autorotate does, so frames look as a player shows them (:func:`to_rgb`). Containers are always
-closed. Decoding uses one thread per call by default (``thread_count=1``), which is what a
-DataLoader worker wants, and avoids PyAV's frame-threading hang when a decode loop is left early.
+autorotate does, so frames look as a player shows them (:func:`tsm_ds.data.video.convert.to_rgb`).
+Containers are always closed. Decoding uses one thread per call by default (``thread_count=1``),
+which is what a DataLoader worker wants, and avoids PyAV's frame-threading hang when a decode loop
+is left early.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 
+from .convert import _out_size, _resize_like, to_rgb
 from .errors import VideoDecodeError, warn_once
 from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder
-from .index import VideoIndex, get_index, open_video, video_stream
+from .index import VideoIndex, get_index, open_video
+from .sequential import DecodeStats, _configure, _partial_message, iter_decoded
 
-__all__ = ["DecodeStats", "decode_frames", "decode_all_frames", "iter_frames", "iter_decoded",
-           "to_rgb", "rotate"]
-
-
-@dataclass
-class DecodeStats:
-    """What one decode call did (filled by :func:`decode_frames` and :func:`iter_decoded`).
-
-    Attributes:
-        decoded: frames the decoder produced.
-        seeks: seeks made.
-        missing: requested frames the stream did not deliver (replaced by the last decoded frame).
-        sequential: decoded from the start without seeking.
-        error: ``"ExceptionType: message"`` of the decode/demux error that ended decoding, or None.
-    """
-
-    decoded: int = 0
-    seeks: int = 0
-    missing: int = 0
-    sequential: bool = False
-    error: str | None = None
-
-
-def rotate(img: np.ndarray, rotation: float | int | None) -> np.ndarray:
-    """Apply display-matrix rotation to an (H, W, C) image as ffmpeg's autorotate does.
-
-    ``rotation`` is PyAV's ``frame.rotation``: degrees counter-clockwise (av_display_rotation_get).
-    ffmpeg rotates the picture by -rotation (e.g. -90 -> transpose=clock, a clockwise turn).
-    np.rot90(k) turns counter-clockwise k times, so k = round(rotation / 90) mod 4.
-
-    Returns:
-        ``img`` itself for no rotation, else a contiguous rotated copy (H and W swapped for
-        90 / 270 degrees).
-    """
-    if not rotation:
-        return img
-    k = int(round(float(rotation) / 90.0)) % 4
-    return np.ascontiguousarray(np.rot90(img, k)) if k else img
-
-
-def _out_size(frame, short_side: int | None) -> tuple[int, int]:
-    """(width, height) to convert ``frame`` to: its own size, or scaled down so that the short
-    side is ``short_side`` (never scaled up)."""
-    w, h = frame.width, frame.height
-    if not short_side or min(w, h) <= short_side:
-        return (w, h)
-    s = short_side / min(w, h)
-    return (max(1, int(round(w * s))), max(1, int(round(h * s))))
-
-
-def to_rgb(frame, size: tuple[int, int] | None = None) -> np.ndarray:
-    """One decoded PyAV video frame as np.uint8 (H, W, 3) RGB, rotation metadata applied.
-
-    Args:
-        frame: an ``av.VideoFrame``.
-        size: (width, height) before rotation to convert to, scaled in the same swscale pass as
-            the RGB conversion (bilinear, area-filtered when shrinking); None or the frame's own
-            size keeps it.
-    """
-    if size is None or (frame.width, frame.height) == size:
-        arr = frame.to_ndarray(format="rgb24")
-    else:  # scaled in the same swscale pass as the RGB conversion (bilinear, area-filtered
-        # when shrinking); also used when the resolution changes mid-stream
-        arr = frame.to_ndarray(format="rgb24", width=size[0], height=size[1],
-                               interpolation="BILINEAR")
-    return rotate(arr, getattr(frame, "rotation", 0))
-
-
-def _configure(stream, thread_count: int) -> None:
-    cc = stream.codec_context
-    cc.thread_count = max(0, int(thread_count))
-    # frame threading can hang when a decode loop is left early in a DataLoader worker;
-    # slice threading is safe. With one thread the type does not matter.
-    cc.thread_type = "SLICE"
-
-
-# --------------------------------------------------------------------------------------------
-# the one sequential decode loop
-
-
-def iter_decoded(path: str | os.PathLike, *, stream_index: int | None = None, thread_count: int = 1,
-                 stats: DecodeStats | None = None) -> Iterator:
-    """Yield every decoded frame (``av.VideoFrame``, not converted) of a video file's video stream
-    in decoder output order, which is presentation order: the one sequential decode loop.
-
-    Frame ``k`` yielded is frame index ``k``. The caller converts the frames it keeps
-    (:func:`to_rgb`); the loop adds no per-frame work beyond counting.
-
-    Args:
-        path: a video file.
-        stream_index: the container stream to decode (e.g. ``VideoIndex.stream_index``); None
-            picks the first video stream that is not cover art.
-        thread_count: decoder threads (slice threading; 1 = one thread, right for DataLoader
-            workers; 0 = FFmpeg's choice).
-        stats: a :class:`DecodeStats` whose ``decoded`` counts the frames yielded and whose
-            ``error`` receives the error that ended decoding.
-
-    Raises (on the first ``next``):
-        VideoOpenError, NoVideoStreamError. A demux or decode error part-way is *not* raised:
-        the generator stops there (``stats.error`` says why), so a caller can keep the frames
-        before it. The container is closed when the generator finishes or is closed.
-    """
-    path = str(path)
-    container = open_video(path)
-    try:
-        stream = video_stream(container, path) if stream_index is None else container.streams[stream_index]
-        _configure(stream, thread_count)
-        try:
-            # = container.decode(stream), which PyAV implements as this same double loop
-            for packet in container.demux(stream):
-                for frame in packet.decode():
-                    if stats is not None:
-                        stats.decoded += 1
-                    yield frame
-        except Exception as e:  # a decode/demux error part-way: stop, keep what was yielded
-            if stats is not None:
-                stats.error = f"{type(e).__name__}: {e}"
-    finally:
-        container.close()
-
-
-# --------------------------------------------------------------------------------------------
-# exact frames of a clip
+__all__ = ["decode_frames", "NONREF_EXACT_DECODERS"]
 
 
 def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames: int | None = None,
@@ -250,20 +131,6 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
             img = _resize_like(img, size)
         out[j] = img
     return out
-
-
-def _partial_message(path: str, first_missing: int, why: str, n: int, last_i: int) -> str:
-    return (f"{path}: frames from {first_missing} on could not be decoded ({why}); {n} packets, "
-            f"last decoded frame {last_i}; those frames are replaced by the last decoded frame")
-
-
-def _resize_like(img: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    import torch
-    import torch.nn.functional as F
-
-    t = torch.from_numpy(img).permute(2, 0, 1)[None].float()
-    t = F.interpolate(t, size=shape[:2], mode="bilinear", align_corners=False)
-    return t[0].permute(1, 2, 0).round().clamp(0, 255).byte().numpy()
 
 
 def _decode_sequential(path: str, stream_index: int, thread_count: int, targets: list[int],
@@ -392,109 +259,3 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
         return True, None
     return True, _last(got, last_i, last_frame,
                        size or (_out_size(last_frame, short_side) if last_frame else None))
-
-
-# --------------------------------------------------------------------------------------------
-# whole videos, in order
-
-
-def decode_all_frames(path: str | os.PathLike, *, thread_count: int = 1) -> np.ndarray:
-    """Reference decoder: every frame in decoder output (= presentation) order.
-
-    Returns:
-        np.uint8 (N, H, W, 3) RGB with rotation applied; frames whose size differs from the
-        first frame's are scaled to it. Stops quietly at the first decode error.
-
-    Raises:
-        VideoOpenError, NoVideoStreamError, VideoDecodeError (no decodable frame).
-
-    Used by tests and the benchmark's decode-everything baseline.
-    """
-    path = str(path)
-    frames = []
-    size = None
-    it = iter_decoded(path, thread_count=thread_count)
-    try:
-        for frame in it:
-            try:
-                frames.append(to_rgb(frame, size))
-            except Exception:  # a conversion error ends decoding like a decode error
-                break
-            size = size or (frame.width, frame.height)
-    finally:
-        it.close()
-    if not frames:
-        raise VideoDecodeError(path, "no decodable frame")
-    return np.stack(frames)
-
-
-def iter_frames(path: str | os.PathLike, *, stride: int = 1, start: int = 0,
-                stop: int | None = None, thread_count: int = 1,
-                num_frames: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield (index, uint8 (H, W, 3) RGB with rotation applied) for frames start, start + stride,
-    ... (< stop) in presentation order, in one sequential pass (for streaming inference over a
-    whole video: repeated :func:`decode_frames` calls on chunks would re-decode each GOP).
-
-    Args:
-        path: a video file, or a JPEG frame folder (its files are read one by one).
-        stride, start, stop: which frames (``stop`` None: to the end of the stream).
-        thread_count: decoder threads.
-        num_frames: the frame count the caller works with (``count_frames``: the packet count,
-            or a frame folder's count). None: the stream's end is the end; a decode error after
-            the first frame stops quietly with a warning naming the file. When given, frames at
-            and past ``num_frames`` are not yielded, and frames the stream does not deliver (it
-            ends or fails early) are the last decoded frame, after one warning per file, as
-            :func:`decode_frames` fills them.
-
-    The container is closed when the generator finishes or is closed.
-
-    Raises:
-        ValueError (stride < 1), VideoOpenError, NoVideoStreamError, or VideoDecodeError when no
-        frame decodes.
-    """
-    path = str(path)
-    if stride < 1:
-        raise ValueError("stride must be >= 1")
-    if num_frames is not None:
-        stop = num_frames if stop is None else min(stop, num_frames)
-    if is_frame_folder(path):
-        n = frame_folder_count(path) if num_frames is None else num_frames
-        for j in range(start, n if stop is None else min(stop, n), stride):
-            yield j, read_frame_folder(path, [j])[0]
-        return
-    st = DecodeStats()
-    i = img_i = -1
-    frame = img = None
-    frames = iter_decoded(path, thread_count=thread_count, stats=st)
-    try:
-        for i, frame in enumerate(frames):
-            if stop is not None and i >= stop:
-                return
-            if i >= start and (i - start) % stride == 0:
-                try:
-                    img, img_i = to_rgb(frame), i
-                except Exception as e:  # a conversion error ends decoding like a decode error
-                    st.error = f"{type(e).__name__}: {e}"
-                    break
-                yield i, img
-    finally:
-        frames.close()
-    if num_frames is None:
-        if i < 0:
-            raise VideoDecodeError(path, f"no decodable frame ({st.error})" if st.error
-                                   else "no decodable frame")
-        if st.error is not None:
-            warn_once(path, "partial", f"{path}: decode error after frame {i} ({st.error}); "
-                                       "stopping there")
-        return
-    if i < 0:
-        raise VideoDecodeError(path, f"no decodable frame ({st.error or 'the decoder returned none'})")
-    # fill the frames the stream did not deliver, as decode_frames does
-    nxt = start if i < start else start + ((i - start) // stride + 1) * stride
-    if nxt >= stop:
-        return
-    warn_once(path, "partial", _partial_message(path, nxt, st.error or "the stream ends early",
-                                                num_frames, i))
-    last_img = img if img_i == i else to_rgb(frame)
-    for j in range(nxt, stop, stride):
-        yield j, last_img

@@ -1,5 +1,5 @@
 """tsm-ds doctor without measuring: the verdict on stored ratios, the advice's numbers against the
-JSON, the section runner, the reports (tsm_ds.bench.doctor.{verdict,core,report})."""
+JSON, the section runner, the reports (tsm_ds.doctor.{verdict,core,report})."""
 from __future__ import annotations
 
 import json
@@ -7,14 +7,14 @@ import re
 
 import pytest
 
-from tsm_ds.bench.doctor import SECTIONS, Context, DoctorSettings, Section, section_result
-from tsm_ds.bench.doctor import comm as dcomm
-from tsm_ds.bench.doctor import compute as dcompute
-from tsm_ds.bench.doctor import data as ddata
-from tsm_ds.bench.doctor import verdict
-from tsm_ds.bench.doctor.core import run_sections
-from tsm_ds.bench.doctor.report import build_report, write_report
-from tsm_ds.engine.config import load_config
+from tsm_ds.doctor import SECTIONS, Context, DoctorSettings, Section, section_result
+from tsm_ds.doctor import comm as dcomm
+from tsm_ds.doctor import compute as dcompute
+from tsm_ds.doctor import data as ddata
+from tsm_ds.doctor import verdict
+from tsm_ds.doctor.core import run_sections
+from tsm_ds.doctor.doctor_report import build_report, write_report
+from tsm_ds.engine.recipes import load_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FACTOR = re.compile(r"(?<![\w.])x\d+(?:\.\d+)?")

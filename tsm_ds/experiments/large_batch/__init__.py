@@ -14,13 +14,13 @@ batch; SGD with the linear rule holds to 32 and falls to chance at 128 (lr 0.048
 right after warm-up); SGD without scaling holds to 32 and reaches 82 % at 128 (too few steps).
 
 Modules: :mod:`.grid` (settings, recipes, runs), :mod:`.runs` (one run's command, process and
-read-back), :mod:`.report` (points, verdicts, tables, plot), :mod:`.study` (:func:`run_study`).
+read-back), :mod:`.study_report` (points, verdicts, tables, plot), :mod:`.study` (:func:`run_study`).
 The command line is :mod:`tsm_ds.cli.bench_large_batch`.
 """
 from __future__ import annotations
 
 from .grid import QUICK, RECIPES, Recipe, RunSpec, StudySettings, plan_grid, plan_sweep, warmup_steps_for
-from .report import aggregate, verdicts
+from .study_report import aggregate, verdicts
 from .runs import read_run, train_command
 from .study import PILOT_TOP1, choose_lr, run_study
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds.bench.large_batch import (QUICK, RECIPES, StudySettings, aggregate, choose_lr, plan_grid, plan_sweep,
-                                      read_run, verdicts, warmup_steps_for)
-from tsm_ds.engine.config import load_config, resolve_config
+from tsm_ds.engine.config import resolve_config
+from tsm_ds.engine.recipes import load_config
+from tsm_ds.experiments.large_batch import (QUICK, RECIPES, StudySettings, aggregate, choose_lr, plan_grid,
+                                            plan_sweep, read_run, verdicts, warmup_steps_for)
 
 
 def test_full_study_sizes_follow_the_issue():

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds.bench import demo
 from tsm_ds.cli import demo as demo_cli
 from tsm_ds.config import Config, parse
 from tsm_ds.config.commands import TRAIN
+from tsm_ds.experiments import demo
 
 
 def _cfg(*extra: str) -> Config:

@@ -32,7 +32,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from tsm_ds.bench.doctor.core import Context, section_result
+from tsm_ds.doctor.core import Context, section_result
 
 __all__ = ["KINETICS_1536", "SMOKE_IMG_SIZE", "SyntheticClips", "recipe_device", "run"]
 
@@ -80,7 +80,7 @@ def _flags(raw: dict, micro: int, world: int) -> dict[str, int]:
 
 
 def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
-    from tsm_ds.engine.config import ConfigError
+    from tsm_ds.engine.recipes import ConfigError
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.models import build_model
 
@@ -120,7 +120,9 @@ def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
 
 
 def _validate(name: str, raw: dict, device: str, world: int) -> dict[str, Any]:
-    from tsm_ds.engine.config import ConfigError, resolve_config, validate_config
+    from tsm_ds.engine.config import resolve_config
+    from tsm_ds.engine.config_checks import validate_config
+    from tsm_ds.engine.recipes import ConfigError
 
     try:
         ds, tsm, filled, _ = resolve_config(raw, world_size=world, train_samples=10 ** 7, epochs=1)
@@ -132,7 +134,7 @@ def _validate(name: str, raw: dict, device: str, world: int) -> dict[str, Any]:
 
 def run(ctx: Context, results: dict) -> dict:
     """The ``recipes`` section (see the module docstring); every rank calls it."""
-    from tsm_ds.engine.config import load_config, optimizer_kind, recipe_names
+    from tsm_ds.engine.recipes import load_config, optimizer_kind, recipe_names
 
     s = ctx.settings
     here = "cuda" if ctx.cuda else "cpu"

@@ -166,9 +166,9 @@ def write_recipe(out_dir: Path, name: str, template: str, rule: str, base_lr: fl
     ``tsm_ds.lr_scaling = {rule, base_lr, base_batch}``; nothing else changes. Returns the path.
 
     Raises:
-        tsm_ds.engine.config.ConfigError: no such shipped recipe.
+        tsm_ds.engine.recipes.ConfigError: no such shipped recipe.
     """
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
     from tsm_ds.utils.io import atomic_write_text
 
     cfg: dict[str, Any] = load_config(template)

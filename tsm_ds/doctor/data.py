@@ -37,8 +37,8 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from tsm_ds.bench.doctor.core import Context, section_result
-from tsm_ds.bench.doctor.timing import interleaved
+from tsm_ds.doctor.core import Context, section_result
+from tsm_ds.doctor.timing import interleaved
 
 __all__ = ["worker_counts", "sample", "loader_rate", "run"]
 
@@ -184,10 +184,10 @@ def _reencode(ctx: Context, records: list, make_ds) -> dict[str, Any]:
 
 def run(ctx: Context, results: dict) -> dict:
     """The ``data`` section (see the module docstring)."""
-    from tsm_ds.bench.doctor.compute import TrainStep, micro_batch, recipe_precision
+    from tsm_ds.doctor.compute import TrainStep, micro_batch, recipe_precision
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.splits import default_data, resolve_split
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
 
     s = ctx.settings
     data = s.data or default_data()[0]

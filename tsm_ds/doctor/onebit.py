@@ -16,7 +16,7 @@ import statistics
 import time
 from typing import Any
 
-from tsm_ds.bench.doctor.core import Context, section_result
+from tsm_ds.doctor.core import Context, section_result
 
 __all__ = ["TOLERANCE", "onebit_device_check", "run"]
 

@@ -26,8 +26,8 @@ import contextlib
 import time
 from typing import Any
 
-from tsm_ds.bench.doctor.core import Context, section_result
-from tsm_ds.bench.doctor.timing import interleaved, summary
+from tsm_ds.doctor.core import Context, section_result
+from tsm_ds.doctor.timing import interleaved, summary
 
 __all__ = ["PRECISIONS", "recipe_precision", "micro_batch", "to_channels_last_clip", "TrainStep", "run"]
 
@@ -188,7 +188,7 @@ def run(ctx: Context, results: dict) -> dict:
     """The ``compute`` section (see the module docstring)."""
     import torch
 
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
 
     s = ctx.settings
     raw = load_config(s.recipe)

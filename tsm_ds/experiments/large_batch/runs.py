@@ -56,11 +56,11 @@ def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any
 
 
 def run_env(settings: StudySettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The runs' environment: :func:`tsm_ds.bench.demo.child_env` (CPU accelerator without a
+    """The runs' environment: :func:`tsm_ds.experiments.demo.child_env` (CPU accelerator without a
     GPU, this checkout on PYTHONPATH) with ``OMP_NUM_THREADS`` = ``settings.threads``: on a busy
     2-core machine one thread per run trained ~5x faster than two (OpenMP threads spinning on
     cores other processes hold)."""
-    from tsm_ds.bench.demo import child_env
+    from tsm_ds.experiments.demo import child_env
 
     env = child_env(base)
     env["OMP_NUM_THREADS"] = str(settings.threads)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .grid import RECIPES, RunSpec, StudySettings, plan_grid, plan_sweep
-from .report import aggregate, plot_study, points_table, sweep_table, verdict_lines, verdicts
+from .study_report import aggregate, plot_study, points_table, sweep_table, verdict_lines, verdicts
 from .runs import read_run, run_env, run_one, train_command
 
 __all__ = ["PILOT_TOP1", "choose_lr", "run_study"]
@@ -100,7 +100,7 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
 
     Raises:
         ValueError: bad settings or recipe names.
-        tsm_ds.engine.config.ConfigError: a template recipe is not shipped.
+        tsm_ds.engine.recipes.ConfigError: a template recipe is not shipped.
     """
     from tsm_ds.data.synthetic import make_demo_dataset
     from tsm_ds.utils.io import atomic_write_text, machine_info

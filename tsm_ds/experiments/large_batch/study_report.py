@@ -31,7 +31,7 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
     """One point per (recipe, batch) that has runs.
 
     Args:
-        rows: run rows (:func:`~tsm_ds.bench.large_batch.runs.run_one`); a row counts for every
+        rows: run rows (:func:`~tsm_ds.experiments.large_batch.runs.run_one`); a row counts for every
             recipe in its ``recipes``.
         recipes, batches: the order of the points.
 

@@ -67,8 +67,8 @@ def test_shared_options_are_the_training_fields():
 
 def test_defaults_written_in_the_bottom_layer_equal_the_library():
     from tsm_ds.bench import comm, data, runner
-    from tsm_ds.bench.demo import DEFAULT_RECIPE
-    from tsm_ds.bench.large_batch.grid import QUICK, RECIPES, StudySettings
+    from tsm_ds.experiments.demo import DEFAULT_RECIPE
+    from tsm_ds.experiments.large_batch.grid import QUICK, RECIPES, StudySettings
     from tsm_ds.bench.scaling.presets import CLUSTERS, PAPER
 
     assert tools.BENCH_DATA_LOADERS == data.LOADERS and tools.COMM_METHODS == comm.METHODS
@@ -137,9 +137,9 @@ def test_doctor_settings_of_the_command_line():
 
 
 def test_doctor_hint_is_a_doctor_command_line():
-    from tsm_ds.bench.doctor import DoctorSettings
-    from tsm_ds.bench.doctor.comm import launcher_hint
-    from tsm_ds.bench.doctor.core import Context
+    from tsm_ds.doctor import DoctorSettings
+    from tsm_ds.doctor.comm import launcher_hint
+    from tsm_ds.doctor.core import Context
 
     hint = launcher_hint(Context(settings=DoctorSettings(quick=True, arch="mobilenet_v2").resolved(False)))
     head = "deepspeed --num_gpus 2 --module tsm_ds.cli.doctor "
@@ -160,8 +160,8 @@ def test_bench_comm_worker_argv_round_trips():
 
 
 def test_large_batch_runs_are_training_command_lines(tmp_path):
-    from tsm_ds.bench.large_batch.grid import QUICK, RunSpec
-    from tsm_ds.bench.large_batch.runs import TRAIN_MODULE, train_command
+    from tsm_ds.experiments.large_batch.grid import QUICK, RunSpec
+    from tsm_ds.experiments.large_batch.runs import TRAIN_MODULE, train_command
     from tsm_ds.engine.guard import EXIT_DIVERGED
 
     assert EXIT_DIVERGED == 3

@@ -25,8 +25,8 @@ measure it in ``notes`` (communication at world size 1); ``skipped`` is a sectio
 apply (``--only``, no data).
 
 Extension point (the cluster section of issue 15 is meant to be added this way): write
-``tsm_ds/bench/doctor/cluster.py`` with ``def run(ctx, results) -> dict`` returning
-``section_result("cluster", ...)``, then add to :data:`tsm_ds.bench.doctor.SECTIONS`, before the
+``tsm_ds/doctor/cluster.py`` with ``def run(ctx, results) -> dict`` returning
+``section_result("cluster", ...)``, then add to :data:`tsm_ds.doctor.SECTIONS`, before the
 verdict, ``Section("cluster", "Cluster", cluster.run, enabled=lambda s: bool(s.extra.get("hostfile")))``;
 the command passes ``--hostfile`` in ``DoctorSettings.extra``. Reports (JSON, markdown, the plot)
 render any section from the schema alone; the verdict reads the sections it knows by name.

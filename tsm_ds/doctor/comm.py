@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from tsm_ds.bench.doctor.core import Context, section_result
+from tsm_ds.doctor.core import Context, section_result
 
 __all__ = ["recipe_comm_method", "launcher_hint", "run"]
 
@@ -50,7 +50,7 @@ def launcher_hint(ctx: Context, ranks: int = 2) -> str:
 def run(ctx: Context, results: dict) -> dict:
     """The ``communication`` section (see the module docstring); every rank calls it."""
     from tsm_ds.bench import comm
-    from tsm_ds.engine.config import load_config
+    from tsm_ds.engine.recipes import load_config
     from tsm_ds.utils.io import read_report
 
     s = ctx.settings

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tsm_ds.bench.doctor.core import Context, section_result
+from tsm_ds.doctor.core import Context, section_result
 
 __all__ = ["shown", "decide", "run"]
 

@@ -1,0 +1,99 @@
+"""Engine recipes: a ``ds_configs/*.json`` found by path or by name, read, and the optimizer it asks for.
+
+A recipe is a DeepSpeed config plus one ``"tsm_ds"`` block that DeepSpeed never sees:
+
+- ``tsm_ds.optimizer``: a client optimizer built by us (``timm.Lamb``, ``timm.Lars``, ``torch.SGD``,
+  ``torch.AdamW``), used instead of DeepSpeed's ``"optimizer"`` block (one or the other).
+- ``tsm_ds.lr_schedule``: the client schedule (official step decay or cosine, linear warmup in
+  optimizer steps), used instead of DeepSpeed's ``"scheduler"`` block (one or the other).
+- ``tsm_ds.lr_scaling``: ``{"rule": "linear"|"sqrt"|"none", "base_lr": 0.02, "base_batch": 128}``.
+- ``tsm_ds.compression``: handed to ``tsm_ds.engine.compression.build_compressor``.
+
+Keys whose name starts with ``_`` (``"_comment"``) are documentation and are dropped. Values that
+depend on the run may be ``"auto"`` (:data:`AUTO`), filled by
+:func:`tsm_ds.engine.config.resolve_config`; the resolved configuration is checked by
+:func:`tsm_ds.engine.config_checks.validate_config`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+__all__ = ["AUTO", "ConfigError", "RECIPE_DIRS", "recipe_names", "resolve_recipe", "load_config",
+           "optimizer_kind"]
+
+#: a recipe value that the run fills (:func:`tsm_ds.engine.config.resolve_config`)
+AUTO = "auto"
+
+
+class ConfigError(ValueError):
+    """An engine JSON that cannot work; the message names the key and the fix."""
+
+
+#: where named recipes live: ``tsm_ds/ds_configs`` in an installed package (setup.py installs the
+#: top-level ``ds_configs/`` there), the repository's ``ds_configs/`` in a source checkout or an
+#: editable install
+RECIPE_DIRS: tuple[Path, ...] = (Path(__file__).resolve().parents[1] / "ds_configs",
+                                 Path(__file__).resolve().parents[2] / "ds_configs")
+
+
+def recipe_names() -> list[str]:
+    """Names of the recipes shipped with the package (``cpu_fp32``, ``gpu_fp16``, ...), sorted."""
+    return sorted({f.stem for d in RECIPE_DIRS if d.is_dir() for f in d.glob("*.json")})
+
+
+def resolve_recipe(name_or_path: str | Path) -> Path:
+    """The engine JSON file meant by ``--deepspeed_config``: a path, or a shipped recipe's name.
+
+    ``ds_configs/cpu_fp32.json`` (an existing file) is taken as given; ``cpu_fp32`` or
+    ``cpu_fp32.json`` (no folder part, no such file in the current directory) is looked up in
+    :data:`RECIPE_DIRS`, so recipes work from any directory and from a non-editable install.
+
+    Raises:
+        ConfigError: neither an existing file nor a shipped recipe (the message lists the names).
+    """
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    if p.parent == Path("."):
+        stem = p.name[:-5] if p.name.endswith(".json") else p.name
+        for d in RECIPE_DIRS:
+            if (d / f"{stem}.json").is_file():
+                return d / f"{stem}.json"
+    raise ConfigError(f"{p}: engine JSON not found; pass --deepspeed_config with a file path or a "
+                      f"shipped recipe name: {', '.join(recipe_names()) or '(none installed)'}")
+
+
+def load_config(path: str | Path) -> dict:
+    """Read a recipe JSON, given by path or by name (see :func:`resolve_recipe`).
+
+    Raises:
+        ConfigError: missing file or invalid JSON (message names the file and the line).
+    """
+    p = resolve_recipe(path)
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}: not valid JSON ({e}); fix the file") from e
+
+
+def optimizer_kind(cfg: dict) -> tuple[str, str, dict]:
+    """Which optimizer a recipe asks for.
+
+    Returns:
+        (source, type_lower, block): source ``"deepspeed"`` (JSON ``optimizer``), ``"client"``
+        (``tsm_ds.optimizer``) or ``"none"``; the block is the dict holding ``params``.
+
+    Raises:
+        ConfigError: both blocks given.
+    """
+    ds_opt = cfg.get("optimizer")
+    client = cfg.get("tsm_ds", {}).get("optimizer")
+    if ds_opt and client:
+        raise ConfigError("engine JSON has both `optimizer` and `tsm_ds.optimizer`: keep one "
+                          "(`tsm_ds.optimizer` builds a client optimizer, e.g. timm.Lamb on CPU)")
+    if client:
+        return "client", str(client.get("type", "")).lower(), client
+    if ds_opt:
+        return "deepspeed", str(ds_opt.get("type", "")).lower(), ds_opt
+    return "none", "", {}
