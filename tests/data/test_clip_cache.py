@@ -37,7 +37,7 @@ def test_items_are_bit_identical_with_and_without_the_cache(recs, mode):
     assert cache.nbytes == sum(v.nbytes for v in cache._frames.values()) > 0
     for epoch in (0, 1):
         for a, b in zip(_items(plain, epoch), _items(cached, epoch)):
-            assert a.dtype == torch.float32 and torch.equal(a, b)
+            assert a.dtype == torch.uint8 and torch.equal(a, b)
     # decoded once, before training: every access afterwards is served from memory
     assert cache.misses == 0 and cache.hits == 2 * len(recs)
 

@@ -71,7 +71,7 @@ def test_real_transform_shapes_and_determinism(clips):
     recs, _ = clips
     ds = VideoClipDataset(recs, num_segments=4, mode="train", img_size=64, seed=1)
     a, b = ds[1]["clip"], ds[1]["clip"]
-    assert a.shape == (4, 3, 64, 64) and a.dtype == torch.float32 and torch.equal(a, b)
+    assert a.shape == (4, 3, 64, 64) and a.dtype == torch.uint8 and torch.equal(a, b)
     other = VideoClipDataset(recs, num_segments=4, mode="train", img_size=64, seed=1)
     assert torch.equal(other[1]["clip"], a)  # a fresh instance (another worker) agrees
     ds.set_epoch(1)

@@ -21,7 +21,9 @@ def coord_frames(t=3, h=48, w=64):
 
 
 def unnorm(clip: torch.Tensor) -> np.ndarray:
-    """(T, 3, H, W) normalised -> uint8-valued (T, H, W, 3) (rounded)."""
+    """(T, 3, H, W) uint8 (the transform's output) or normalised float -> (T, H, W, 3) int grey levels."""
+    if clip.dtype == torch.uint8:
+        return clip.permute(0, 2, 3, 1).numpy().astype(int)
     x = (clip * STD + MEAN) * 255.0
     return x.round().permute(0, 2, 3, 1).numpy().astype(int)
 
@@ -55,7 +57,7 @@ def test_val_centre_crop_exact_pixels():
     f = coord_frames()
     t = X.ClipTransform("val", 32, scale_size=48)  # short side already 48: no scaling
     out = t(f)
-    assert out.shape == (3, 3, 32, 32) and out.dtype == torch.float32
+    assert out.shape == (3, 3, 32, 32) and out.dtype == torch.uint8
     # torchvision CenterCrop: left = round((64 - 32) / 2) = 16, top = round((48 - 32) / 2) = 8
     assert np.array_equal(unnorm(out), f[:, 8:40, 16:48].astype(int))
 
@@ -116,7 +118,9 @@ def test_ten_crops_corners_centre_and_flips():
 def test_imagenet_normalisation_values():
     f = np.zeros((1, 8, 8, 3), np.uint8)
     f[..., :] = (124, 116, 104)
-    out = X.ClipTransform("val", 8, scale_size=8)(f)
+    t = X.ClipTransform("val", 8, scale_size=8)
+    out = X.normalize_batch(t(f), *t.normalization)
+    assert out.dtype == torch.float32
     expect = [(124 / 255 - 0.485) / 0.229, (116 / 255 - 0.456) / 0.224, (104 / 255 - 0.406) / 0.225]
     assert torch.allclose(out[0, :, 0, 0], torch.tensor(expect), atol=1e-5)
 

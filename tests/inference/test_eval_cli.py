@@ -16,6 +16,7 @@ import torch
 
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import read_video_list
+from tsm_ds.data.transforms import normalize_batch
 from tsm_ds.cli import eval as eval_cli
 from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.engine.checkpoint import save_weights_export
@@ -67,7 +68,8 @@ def _direct_scores(model, records, **ds_kwargs) -> np.ndarray:
     """Per-video mean of the model's logits over the dataset's views, without tsm_ds.engine."""
     ds = VideoClipDataset(records, num_segments=T, img_size=SIZE, **ds_kwargs)
     with torch.no_grad():
-        return np.stack([model(ds[i]["clip"].reshape(-1, T, 3, *ds[i]["clip"].shape[-2:])).mean(0).numpy()
+        return np.stack([model(normalize_batch(ds[i]["clip"].reshape(-1, T, 3, *ds[i]["clip"].shape[-2:]),
+                                               *ds.normalization)).mean(0).numpy()
                          for i in range(len(ds))])
 
 

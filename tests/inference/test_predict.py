@@ -13,6 +13,7 @@ from tsm_ds.inference import predict
 from tsm_ds.data import video
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import VideoRecord
+from tsm_ds.data.transforms import normalize_batch
 from tsm_ds.engine.checkpoint import save_weights_export
 from tsm_ds.models import build_model
 
@@ -61,9 +62,11 @@ def test_predict_names_every_real_clip_and_reports_unreadable(shared_data, tmp_p
 
     # the printed probabilities are the softmax of the model's logits on the 1-crop test clip
     clip = clips[0]
-    item = VideoClipDataset([VideoRecord(str(clip), 0)], num_segments=T, img_size=SIZE, mode="test")[0]
+    ds1 = VideoClipDataset([VideoRecord(str(clip), 0)], num_segments=T, img_size=SIZE, mode="test")
+    item = ds1[0]
+    assert item["clip"].dtype == torch.uint8
     with torch.no_grad():
-        ref = torch.softmax(model(item["clip"][None])[0], 0)
+        ref = torch.softmax(model(normalize_batch(item["clip"][None], *ds1.normalization))[0], 0)
     vals, idx = ref.topk(3)
     assert [n for n, _ in res[str(clip)]["top"]] == [names[i] for i in idx]
     np.testing.assert_allclose([p for _, p in res[str(clip)]["top"]], vals.numpy(), atol=1e-5)
@@ -85,7 +88,8 @@ def test_predict_kinetics_label_map_and_multiview(shared_data, tmp_path, capsys)
     ds = VideoClipDataset([VideoRecord(str(clip), 0)], num_segments=T, img_size=SIZE, mode="test",
                           num_clips=2, num_crops=3, twice_sample=True)
     with torch.no_grad():
-        ref = torch.softmax(model(ds[0]["clip"]).mean(0), 0)  # 6 views, logits averaged
+        # 6 views, logits averaged
+        ref = torch.softmax(model(normalize_batch(ds[0]["clip"], *ds.normalization)).mean(0), 0)
     assert lines == [k400[i] for i in ref.topk(5).indices]
 
 

@@ -78,7 +78,9 @@ def official_pipeline(frames, test_crops, full_res):
 
 
 def unnorm(clip):
-    """Normalised float (..., T, 3, H, W) -> int grey levels (..., T, H, W, 3)."""
+    """uint8 (the transforms' output) or normalised float (..., T, 3, H, W) -> int grey levels (..., T, H, W, 3)."""
+    if clip.dtype == torch.uint8:
+        return clip.movedim(-3, -1).numpy().astype(np.int32)
     x = (clip * STD + MEAN) * 255.0
     return x.round().movedim(-3, -1).numpy().astype(np.int32)
 
@@ -127,7 +129,7 @@ def test_view_counts_and_shapes(num_crops, full_res):
         assert t.num_views == num_crops and t.crop_size == side
         out = t(frames)
         want = (2, 3, side, side) if num_crops == 1 else (num_crops, 2, 3, side, side)
-        assert out.shape == want and out.dtype == torch.float32
+        assert out.shape == want and out.dtype == torch.uint8
     for clips in (1, 2, 10):
         p = views.view_protocol(clips, num_crops, full_res=full_res)
         assert p.num_views == clips * num_crops and p.full_res is full_res
@@ -246,7 +248,8 @@ def tiny_run(tmp_path_factory):
 def _direct(model, records, **kw):
     ds = VideoClipDataset(records, num_segments=4, img_size=64, mode="test", **kw)
     with torch.no_grad():
-        return np.stack([model(ds[i]["clip"].reshape(-1, 4, 3, *ds[i]["clip"].shape[-2:])).mean(0).numpy()
+        return np.stack([model(X.normalize_batch(ds[i]["clip"].reshape(-1, 4, 3, *ds[i]["clip"].shape[-2:]),
+                                               *ds.normalization)).mean(0).numpy()
                          for i in range(len(ds))])
 
 

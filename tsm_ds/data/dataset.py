@@ -1,8 +1,10 @@
 """``VideoClipDataset``: records -> sampled, decoded, transformed clips, robust to bad files.
 
-``ds[i]`` returns ``{"clip": float32 (T, 3, H, W) (test with V = num_clips * num_crops > 1 views:
+``ds[i]`` returns ``{"clip": uint8 (T, 3, H, W) (test with V = num_clips * num_crops > 1 views:
 (V, T, 3, H, W), crop-major: view = crop * num_clips + clip, as the official test script stacks
-them), "label": int, "index": i, "bad": int, "bad_files": str}``.
+them), "label": int, "index": i, "bad": int, "bad_files": str}``. Clips are cropped, resized and
+flipped but not normalised: the consumer normalises each batch on its device with
+``tsm_ds.data.transforms.normalize_batch(batch["clip"], *ds.normalization, device, dtype)``.
 
 Determinism: every random choice of item ``i`` (frame sampling, crop, flip, replacement) comes
 from ``numpy.random.default_rng([seed, epoch, i, attempt, stream])``, so an item depends only on
@@ -127,6 +129,12 @@ class VideoClipDataset(Dataset):
     def num_views(self) -> int:
         """Views per item: num_clips * num_crops in test mode, else 1."""
         return self.num_clips * self.transform.num_views if self.mode == "test" else 1
+
+    @property
+    def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(mean, std) per channel for pixels in [0, 1], the values :func:`~tsm_ds.data.transforms.normalize_batch`
+        must use on this dataset's uint8 clips."""
+        return self.transform.normalization
 
     @property
     def labels(self) -> list[int]:

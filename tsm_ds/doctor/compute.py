@@ -121,9 +121,14 @@ class TrainStep:
         self.y = torch.randint(0, s.num_classes, (batch,), generator=g).to(self.device)
         self.model.train()
 
-    def prepare(self, x):
-        """Clips (N, T, 3, H, W) float32 -> the device, the step's dtype and memory layout."""
-        x = x.to(self.device, self.dtype, non_blocking=True)
+    def prepare(self, x, normalization=None):
+        """Clips (N, T, 3, H, W) -> the device, the step's dtype and memory layout: uint8 clips (a
+        loader's batch) are moved, normalised there in float32 with ``normalization`` (mean, std;
+        default ImageNet) and cast as the trainer does (:func:`tsm_ds.data.transforms.normalize_batch`);
+        float32 clips (the synthetic batch) are moved and cast."""
+        from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
+
+        x = normalize_batch(x, *(normalization or (IMAGENET_MEAN, IMAGENET_STD)), self.device, self.dtype)
         return to_channels_last_clip(x) if self.channels_last else x
 
     def step(self, x, y) -> float:

@@ -251,7 +251,7 @@ def run(ctx: Context, results: dict) -> dict:
         pw = max(1, top)
         got = loader_rate(ds, pw, batch, ctx.budget("pipeline"), pin=ctx.cuda, min_batches=1 if s.quick else 2,
                           warm_step=warm,
-                          step=lambda x, y: ts.step(ts.prepare(x), (y % s.num_classes).to(ts.device)))
+                          step=lambda x, y: ts.step(ts.prepare(x, ds.normalization), (y % s.num_classes).to(ts.device)))
     values.update(pipeline_workers=pw, pipeline_clips_per_s=got["clips_per_s"],
                   pipeline_data_wait_fraction=got["data_wait_s"] / got["seconds"])
     rows.append({"measure": "pipeline (loader + training steps)", "workers": pw,

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from tsm_ds.data.bad_videos import BadVideoTracker
+from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
 from tsm_ds.engine import config as cfgmod   # called through the module: tests count the resolutions
 from tsm_ds.engine import reshard
 from tsm_ds.engine.checkpoint import CheckpointManager
@@ -50,6 +51,9 @@ class EngineParts:
         sampler, loader_gen, loader, val_loader: :func:`tsm_ds.engine.settings.build_loaders`.
         ckpt: the checkpoint manager; guard: the divergence guard; bad: the bad-file tracker.
         reduce: ``f([floats]) -> [sums over ranks]``.
+        to_device: ``f(clip) -> input``: a batch's uint8 (N, T, 3, H, W) clips moved to ``device``,
+            normalised there in float32 with the train set's mean/std
+            (:func:`tsm_ds.data.transforms.normalize_batch`), then cast to ``input_dtype``.
     """
 
     engine: Any
@@ -69,6 +73,7 @@ class EngineParts:
     guard: EngineGuard
     bad: BadVideoTracker
     reduce: Callable[[list], list]
+    to_device: Callable[[torch.Tensor], torch.Tensor]
 
 
 def make_reduce(world: int, dev: torch.device) -> Callable[[list[float]], list[float]]:
@@ -185,7 +190,11 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         save_config_record(s, raw, ds_cfg, tsm, filled, world=world, steps_per_epoch=spe, total_steps=total,
                            groups=list(zip(names, groups)), hosts=run_hosts)
     compile_engine(eng, compile)
+    mean, std = getattr(train_set, "normalization", (IMAGENET_MEAN, IMAGENET_STD))
+
+    def to_device(clip: torch.Tensor) -> torch.Tensor:
+        return normalize_batch(clip, mean, std, dev, input_dtype)
     return EngineParts(engine=eng, layout=layout, device=dev, input_dtype=input_dtype, ds_config=ds_cfg, tsm=tsm,
                        group_names=names, compressor=compressor, manual_comm=manual_comm, sampler=sampler,
                        loader_gen=loader_gen, loader=loader, val_loader=val_loader, ckpt=ckpt, guard=guard, bad=bad,
-                       reduce=reduce)
+                       reduce=reduce, to_device=to_device)

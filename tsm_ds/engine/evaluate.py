@@ -13,6 +13,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
+
 
 def _default_forward(model, clip: torch.Tensor) -> torch.Tensor:
     """model(clip) with the clip moved to the model's device and floating dtype (bf16/fp16 engines)."""
@@ -54,17 +56,20 @@ def _gather_varlen(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def gather_predictions(model, loader, *, forward: Callable | None = None
+def gather_predictions(model, loader, *, forward: Callable | None = None, normalization: tuple | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Score a (distributed) loader and gather every sample exactly once on every rank.
 
     Args:
         model: an ``nn.Module`` or DeepSpeed engine; put in eval mode for the pass and restored.
-        loader: yields dicts with ``"clip"`` (N, T, 3, H, W) float32 (or (N, V, T, 3, H, W) with
-            views, for a ``forward`` that handles them), ``"label"`` (N,) int and ``"index"``
-            (N,) int, the dataset index of each sample (``VideoClipDataset``'s items).
-        forward: ``forward(model, clip) -> scores (N, num_classes)``; default casts the clip
-            to the model's parameter dtype and calls ``model(clip)``.
+        loader: yields dicts with ``"clip"`` (N, T, 3, H, W) uint8 (or (N, V, T, 3, H, W) with
+            views, for a ``forward`` that handles them; a floating clip is taken as normalised),
+            ``"label"`` (N,) int and ``"index"`` (N,) int, the dataset index of each sample
+            (``VideoClipDataset``'s items). Each batch's clip is moved to the model's device and
+            normalised there in float32 (:func:`tsm_ds.data.transforms.normalize_batch`).
+        forward: ``forward(model, clip) -> scores (N, num_classes)``, ``clip`` float32 on the
+            model's device; default casts the clip to the model's parameter dtype and calls ``model(clip)``.
+        normalization: (mean, std); default the loader's dataset's ``normalization``, else ImageNet.
 
     Returns:
         (indices int64 (M,), scores float32 (M, num_classes), labels int64 (M,)), sorted by index,
@@ -75,6 +80,10 @@ def gather_predictions(model, loader, *, forward: Callable | None = None
         KeyError: a batch without ``"index"`` (padding could not be removed).
     """
     forward = forward or _default_forward
+    mean, std = normalization or getattr(getattr(loader, "dataset", None), "normalization",
+                                         (IMAGENET_MEAN, IMAGENET_STD))
+    param = next((p for p in model.parameters() if p.is_floating_point()), None)
+    dev = param.device if param is not None else None
     was_training = model.training
     model.eval()
     idx_l, sc_l, lab_l = [], [], []
@@ -83,7 +92,7 @@ def gather_predictions(model, loader, *, forward: Callable | None = None
             if "index" not in batch:
                 raise KeyError("evaluation batches need an 'index' entry (the dataset index of each "
                                "sample) so that DistributedSampler padding is not counted twice")
-            scores = forward(model, batch["clip"])
+            scores = forward(model, normalize_batch(batch["clip"], mean, std, dev))
             idx_l.append(torch.as_tensor(batch["index"]).long().reshape(-1))
             sc_l.append(scores.detach().float().cpu())
             lab_l.append(torch.as_tensor(batch["label"]).long().reshape(-1))
@@ -165,7 +174,8 @@ def validate(engine, loader, dataset=None, *, progress=lambda items: items) -> d
 
     Args:
         engine: the DeepSpeed engine (or a module); loader: the validation loader or None.
-        dataset: set to epoch 0 first when it has ``set_epoch`` (deterministic views).
+        dataset: set to epoch 0 first when it has ``set_epoch`` (deterministic views); its
+            ``normalization`` (mean, std) normalises the uint8 clips (default: the loader's dataset's).
         progress: wraps the loader (the trainer's hooks beat per batch).
 
     Returns:
@@ -178,7 +188,8 @@ def validate(engine, loader, dataset=None, *, progress=lambda items: items) -> d
     sync_batchnorm_stats(getattr(engine, "module", engine))
     if hasattr(dataset, "set_epoch"):
         dataset.set_epoch(0)
-    _, scores, labels = gather_predictions(engine, progress(loader))
+    norm = getattr(dataset, "normalization", None) or getattr(getattr(loader, "dataset", None), "normalization", None)
+    _, scores, labels = gather_predictions(engine, progress(loader), normalization=norm)
     res = topk_accuracy(scores, labels, ks=(1, 5))
     if len(labels):
         res["loss"] = float(F.cross_entropy(scores, labels))

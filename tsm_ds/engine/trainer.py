@@ -170,7 +170,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 batch = next(it)
                 t1 = time.perf_counter()
-                clip = batch["clip"].to(p.device, dtype=p.input_dtype)
+                clip = p.to_device(batch["clip"])   # uint8 -> device -> normalised fp32 -> input dtype
                 label = torch.as_tensor(batch["label"]).long().to(p.device)
                 logits = eng(clip)
                 loss = self.hooks.on_loss(F.cross_entropy(logits.float(), label), st.step + 1, lay.rank)

@@ -98,6 +98,7 @@ def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_si
     """
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.records import VideoRecord
+    from tsm_ds.data.transforms import normalize_batch
     from tsm_ds.inference.views import MultiViewForward, view_protocol
 
     n = probe(path)
@@ -110,7 +111,9 @@ def predict_clip(model: torch.nn.Module, path: str, *, num_segments: int, img_si
         raise UnreadableVideo(path, f"{type(e).__name__}: {e}") from e
     if int(item.get("bad", 0)):
         raise UnreadableVideo(path, "the decoder failed on the sampled frames")
-    scores = MultiViewForward(protocol.num_views, average, max_clips=max_clips)(model, item["clip"][None])[0]
+    param = next((q for q in model.parameters() if q.is_floating_point()), None)
+    clip = normalize_batch(item["clip"][None], *ds.normalization, param.device if param is not None else None)
+    scores = MultiViewForward(protocol.num_views, average, max_clips=max_clips)(model, clip)[0]
     return scores if average == "prob" else F.softmax(scores, dim=0)
 
 
@@ -122,12 +125,14 @@ def frame_transform(frame: np.ndarray, img_size: int) -> torch.Tensor:
         img_size: crop side S in pixels.
 
     Returns:
-        float32 (3, S, S): short side scaled to S * 256 // 224, centre crop, ImageNet mean/std
-        (``tsm_ds.data.transforms.ClipTransform("val")``; official ``GroupScale`` + ``GroupCenterCrop``).
+        float32 (3, S, S): short side scaled to S * 256 // 224, centre crop
+        (``tsm_ds.data.transforms.ClipTransform("val")``; official ``GroupScale`` + ``GroupCenterCrop``),
+        ImageNet mean/std (:func:`tsm_ds.data.transforms.normalize_batch`).
     """
-    from tsm_ds.data.transforms import ClipTransform
+    from tsm_ds.data.transforms import ClipTransform, normalize_batch
 
-    return ClipTransform("val", img_size)(frame[None])[0]
+    t = ClipTransform("val", img_size)
+    return normalize_batch(t(frame[None]), *t.normalization)[0]
 
 
 def stream_frames(path: str, num_frames: int, *, stride: int = 1, max_frames: int | None = None):
