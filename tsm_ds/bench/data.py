@@ -25,7 +25,8 @@ Loaders:
 - ``decord``: ``decord.VideoReader(path, num_threads=1).get_batch(indices)``, when decord imports.
 
 Then the whole training pipeline on the real clips (VideoClipDataset in train mode: decode, official
-multi-scale crop, flip, normalise) through a DataLoader with 0 and 2 worker processes.
+multi-scale crop, flip; uint8 items, not normalised: the consumer normalises per batch on its device)
+through a DataLoader with 0 and 2 worker processes.
 
 Frames are "same" when the mean absolute difference to the reference is below 3 grey levels
 (other FFmpeg builds convert YUV to RGB slightly differently). Writes ``data.json`` / ``data.md``.
@@ -227,7 +228,7 @@ def bench_input(name: str, files: list[str], loaders: dict[str, Callable], reps:
 
 
 def bench_dataset(files_labels: list[tuple[str, int]], workers: tuple[int, ...], reps: int) -> list[dict]:
-    """Whole pipeline (decode + official train crop + normalise) through a DataLoader:
+    """Whole pipeline (decode + official train crop, uint8 items) through a DataLoader:
     clips/s of VideoClipDataset(mode="train", 8 segments, 224) with 0 and more worker processes."""
     import torch
     from torch.utils.data import DataLoader
@@ -250,7 +251,7 @@ def bench_dataset(files_labels: list[tuple[str, int]], workers: tuple[int, ...],
             n = sum(b["clip"].shape[0] for b in loader)
             times.append(time.perf_counter() - t)
         med = statistics.median(times)
-        rows.append({"input": f"real clips ({len(ds)}), train items (decode + crop + normalise)",
+        rows.append({"input": f"real clips ({len(ds)}), train items (decode + crop, uint8)",
                      "loader": f"VideoClipDataset, DataLoader workers={w}", "clips": n,
                      "clips_per_s": n / med, "ms_per_clip": med * 1e3 / n,
                      "torch_threads": torch.get_num_threads()})

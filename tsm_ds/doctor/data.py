@@ -2,7 +2,8 @@
 
 Everything goes through the real training input path: :func:`tsm_ds.data.splits.resolve_split`
 (``--data`` as training reads it, every clip of both sides), :class:`~tsm_ds.data.dataset.VideoClipDataset`
-in train mode (random TSN frames, official multi-scale crop, flip, normalise) at the doctor's
+in train mode (random TSN frames, official multi-scale crop, flip; uint8 items, normalised per batch by
+the training step's ``prepare`` as the trainer does) at the doctor's
 num_segments / img_size, and a ``torch.utils.data.DataLoader`` of the micro-batch. Measured:
 
 1. ``0 workers``: clips loaded one by one in this process with one torch thread, as a DataLoader
