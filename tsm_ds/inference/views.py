@@ -20,8 +20,9 @@ Section 4 tables) take ``num_clips x num_crops`` views of every video:
   with bilinear on uint8, then crop; see :mod:`tsm_ds.data.transforms`).
 
 The data side (:class:`tsm_ds.data.dataset.VideoClipDataset` in ``mode="test"``) builds the views
-of one video as a float32 tensor (V, T, 3, H, W), V = num_clips * num_crops. This module folds the
-views into the batch axis, runs the model, and averages the V scores of each video back into one.
+of one video as a uint8 tensor (V, T, 3, H, W), V = num_clips * num_crops, normalised per batch on the
+model's device (:func:`tsm_ds.engine.evaluate.gather_predictions`, ``tsm-ds predict``). This module folds
+the views into the batch axis, runs the model, and averages the V scores of each video back into one.
 
 Averaging default: **logits**. The official ``test_models.py`` averages the network's raw outputs
 over views (``rst.reshape(batch_size, num_crop, -1).mean(1)``; its ``--softmax`` flag applies the
