@@ -362,5 +362,46 @@ def test_topk_accuracy_and_single_process_gather():
         gather_predictions(Tiny(), [{"clip": torch.zeros(1, 2, 3, 8, 8), "label": torch.tensor([0])}])
 
 
+class _MeanPerChannel(nn.Module):
+    """(N, T, 3, H, W) -> (N, 3): the mean of each channel, so the scores are the model's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return x.mean((1, 3, 4)) * self.w
+
+
+def test_gather_predictions_normalises_uint8_batches_with_the_datasets_values():
+    from torch.utils.data import DataLoader
+
+    from tsm_ds.data.transforms import normalize_batch
+    from tsm_ds.engine.evaluate import gather_predictions, validate
+
+    class U8:   # a dataset of uint8 items with its own normalisation
+        normalization = ((0.5, 0.25, 0.0), (0.5, 0.5, 1.0))
+
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            return {"clip": torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8, generator=g), "label": i,
+                    "index": i}
+
+    ds = U8()
+    loader = DataLoader(ds, batch_size=2)
+    _, sc, _ = gather_predictions(_MeanPerChannel(), loader)
+    want = torch.stack([normalize_batch(ds[i]["clip"], *ds.normalization).mean((0, 2, 3)) for i in range(3)])
+    assert torch.equal(sc, want)
+    # and not with ImageNet's: the dataset's values are the ones used
+    assert not torch.allclose(sc, torch.stack([normalize_batch(ds[i]["clip"]).mean((0, 2, 3)) for i in range(3)]))
+    # validate passes the dataset's normalisation through the progress wrapper (a generator)
+    res = validate(_MeanPerChannel(), loader, ds, progress=lambda items: (b for b in items))
+    assert res["count"] == 3 and res["loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(
+        want, torch.arange(3))))
+
+
 if __name__ == "__main__":
     _worker_main(sys.argv[1])
