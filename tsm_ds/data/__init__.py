@@ -2,7 +2,8 @@
 
 Modules: records (list files, class folders, Kinetics CSV, manifest split), sampling (TSN /
 dense / multi-clip indices), video (PyAV, exact frames, cached packet index; a package),
-transforms (official crops, ImageNet normalisation), dataset (VideoClipDataset), prepare / check
+transforms (official crops to uint8 clips; ``normalize_batch``: the ImageNet normalisation, once
+per batch on the device), dataset (VideoClipDataset), prepare / check
 (the ``tsm-ds prepare`` / ``tsm-ds check-videos`` commands), synthetic (the demo dataset
 generator; a package), testvideo (numbered test videos).
 
@@ -18,7 +19,7 @@ _EXPORTS = {
     "split_by_source_group": "records", "write_video_list": "records",
     "clip_indices": "sampling",
     "decode_frames": "video", "count_frames": "video", "VideoError": "video",
-    "ClipTransform": "transforms",
+    "ClipTransform": "transforms", "normalize_batch": "transforms",
     "VideoClipDataset": "dataset",
 }
 __all__ = sorted(_EXPORTS)
