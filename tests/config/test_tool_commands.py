@@ -210,7 +210,7 @@ def test_to_argv_round_trips_every_tool_command():
             if info.meta.get("choices"):
                 values[path] = info.meta["choices"][-1]
                 continue
-            from tsm_ds.config.fields import _unwrap
+            from tsm_ds.config.env import unwrap_optional as _unwrap
             import typing
 
             tp, _ = _unwrap(info.type)

@@ -124,9 +124,6 @@ def field_infos(root: type) -> dict[str, FieldInfo]:
     return out
 
 
-_unwrap = unwrap_optional
-
-
 def _scalar(tp: Any) -> Callable[[str], Any]:
     return {int: int, float: float, str: str}.get(tp, str)
 
@@ -191,7 +188,7 @@ def _help(info: FieldInfo, default: Any, required: bool, use_env: bool) -> str:
         text += f" [env ${info.meta['env']}]"
     if required:
         return text + " (required)"
-    tp, _ = _unwrap(info.type)
+    tp, _ = unwrap_optional(info.type)
     if tp is bool or default is None:   # a switch says what it does; None: the help says what happens
         return text
     if isinstance(default, (list, tuple)):
@@ -220,7 +217,7 @@ def build_parser(cmd: Command, root: type) -> argparse.ArgumentParser:
             g = groups[info.section] = p.add_argument_group(info.section)
         default = cmd.defaults.get(path, info.default)
         required = path in cmd.required
-        tp, optional = _unwrap(info.type)
+        tp, optional = unwrap_optional(info.type)
         kw: dict[str, Any] = {"help": _help(info, default, required, cmd.use_env)}
         m = info.meta
         kw["metavar"] = m.get("metavar") or info.name.upper()
@@ -300,14 +297,14 @@ def parse(cmd: Command, root: type, argv: Sequence[str] | None, *, base: Any | N
             if base is not None and info.meta.get("record", True):
                 continue   # the recorded run's value (the command's default does not replace it)
             text = env.get(info.meta["env"]) if cmd.use_env and env is not None and info.meta.get("env") else None
-            if text is not None and (text != "" or _unwrap(info.type)[0] is bool):   # empty: unset
+            if text is not None and (text != "" or unwrap_optional(info.type)[0] is bool):   # empty: unset
                 value = env_value(info, text)
         setattr(getattr(tree, info.section), info.name, value)
     return tree, given
 
 
 def _argv_value(info: FieldInfo, value: Any) -> list[str]:
-    tp, _ = _unwrap(info.type)
+    tp, _ = unwrap_optional(info.type)
     if tp is bool:
         if value is None:
             return []
@@ -365,8 +362,3 @@ def to_argv(cmd: Command, root: type, values: Mapping[str, Any] | Any, *, only_c
             continue
         argv += _argv_value(info, value)
     return argv + tail
-
-
-def iter_paths(values: Mapping[str, Any]) -> Iterable[str]:
-    """The keys of a ``{"section.field": value}`` mapping (helper for callers' checks)."""
-    return list(values)

@@ -18,7 +18,6 @@ Runs written before the tree (schema 1, tsm_ds up to commit 52ba896) recorded th
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -144,9 +143,3 @@ def load_run_config(path: str | Path) -> tuple[Config, dict, list[str]]:
         raise ConfigTreeError(f"{p}: not a training run's config.json")
     cfg, notes = tree_from_record(record, source=str(p))
     return cfg, record, notes
-
-
-def copy_tree(cfg: Config) -> Config:
-    """A deep copy of a tree (sections are plain dataclasses)."""
-    return dataclasses.replace(cfg, **{f.name: dataclasses.replace(getattr(cfg, f.name))
-                                       for f in dataclasses.fields(cfg)})

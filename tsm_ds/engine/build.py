@@ -102,8 +102,7 @@ def _resolve(model, train_set, raw: dict, s: TrainSettings, param_groups, world:
     return resolved
 
 
-def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, param_groups: Callable,
-                 counter: list | None = None) -> EngineParts:
+def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, param_groups: Callable) -> EngineParts:
     """Build the run's parts (see the module docstring) and write ``<run>/config.json`` on rank 0.
 
     Args:
@@ -111,8 +110,6 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         train_set, val_set: the datasets (``val_set`` may be None).
         raw: the engine JSON as loaded (``"auto"`` values); s: the trainer's settings.
         param_groups: ``f(model, weight_decay) -> [param group dicts with "lr_mult", "name"]``.
-        counter: a list that gets one item per engine-JSON resolution (one, unless the launcher
-            reported no world size; tests count them).
 
     Raises:
         ConfigError: a recipe that cannot work here, before DeepSpeed starts its backend.
@@ -122,20 +119,17 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     from deepspeed.accelerator import get_accelerator
     from deepspeed.runtime.base_optimizer import ZeROOptimizer
 
-    counter = [] if counter is None else counter
     model, compile = prepare_model(model, channels_last=s.channels_last, compile=s.compile)
     # before DeepSpeed starts its communication backend (which may JIT-compile ops for minutes): a
     # recipe that cannot work on this device stops at once; the world size is the launcher's
     world0 = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
     resolved = _resolve(model, train_set, raw, s, param_groups, world0, get_accelerator().device_name())
-    counter.append(world0)
     rank, world = init_distributed(timeout_s=s.dist_timeout, hosts=list(s.hosts) or None)
     dev = current_device()
     if rank == 0:
         Path(s.run_dir).mkdir(parents=True, exist_ok=True)
     if world != world0:   # WORLD_SIZE unset (e.g. an MPI launch): the real world size
         resolved = _resolve(model, train_set, raw, s, param_groups, world, dev.type)
-        counter.append(world)
     ds_cfg, tsm, filled, spe = resolved
     src, otype, oblock = optimizer_kind({**ds_cfg, "tsm_ds": tsm})
     for mon in ("tensorboard", "csv_monitor"):

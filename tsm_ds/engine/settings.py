@@ -167,8 +167,6 @@ class StepStats:
 
     def add_batch(self, logits, label, *, bad: int, data_s: float, compute_s: float, comm_s: float) -> None:
         """A micro-batch's hits (logits (n, K), labels (n,)), unreadable files replaced and timings (s)."""
-        import torch
-
         with torch.no_grad():
             hit = logits.float().topk(min(5, logits.shape[1]), dim=1).indices == label.view(-1, 1)
         self.correct1 += float(hit[:, :1].any(1).sum())

@@ -62,14 +62,14 @@ class Trainer:
         self.model, self.train_set, self.val_set, self.raw, self.s = model, train_set, val_set, engine_json, settings
         self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd))
         self.hooks = hooks if hooks is not None else default_hooks(settings)
-        self.state, self.parts, self.resolutions = RunState(), None, []
+        self.state, self.parts = RunState(), None
 
     def setup(self) -> None:
         """Build the engine and everything around it (:func:`tsm_ds.engine.build.build_engine`)."""
         self.hooks.on_setup_start(self.s.run_dir)
         try:
             self.parts = build_engine(self.model, self.train_set, self.val_set, self.raw, self.s,
-                                      param_groups=self.param_groups, counter=self.resolutions)
+                                      param_groups=self.param_groups)
         except BaseException:
             self.hooks.on_end()   # a caller that catches the error must not be stopped later
             raise
