@@ -30,7 +30,8 @@ def test_prepare_video_mode_resumes_and_reports_bad_files(tree, tmp_path, capsys
     out = tmp_path / "out"
     (out / "a").mkdir(parents=True)
     (out / "a" / "one.mp4.part.mp4").write_bytes(b"half-written by an interrupted run")
-    rc = prepare_cli.main([str(tree), str(out), "--short-side", "0", "--keyint", "4", "--workers", "1"])
+    rc = prepare_cli.main([str(tree), str(out), "--mode", "video", "--short-side", "0", "--keyint", "4",
+                           "--workers", "1"])
     assert rc == 1  # broken.mp4 failed, and says so
     report = json.loads((out / "prepare_report.json").read_text())
     status = {r["src"].split("/")[-1]: r["status"] for r in report["files"]}
@@ -49,7 +50,7 @@ def test_prepare_video_mode_resumes_and_reports_bad_files(tree, tmp_path, capsys
     assert st.decoded <= 4 + 2
     assert [read_number(f) for f in D.decode_all_frames(recs[1].path)] == list(range(13))
     # a rerun skips what is done
-    prepare_cli.main([str(tree), str(out), "--short-side", "0", "--workers", "1"])
+    prepare_cli.main([str(tree), str(out), "--mode", "video", "--short-side", "0", "--workers", "1"])
     report = json.loads((out / "prepare_report.json").read_text())
     assert sorted(r["status"] for r in report["files"]) == ["failed", "skipped (exists)",
                                                             "skipped (exists)"]

@@ -1,8 +1,8 @@
-"""``tsm-ds prepare``: re-encode / resize a video dataset, or extract JPEG frames, and write lists.
+"""``tsm-ds prepare``: pack (default), re-encode or extract JPEG frames of a video dataset, and write lists.
 
 Usage::
 
-    tsm-ds prepare SRC OUT [--list LIST] [--mode video|frames] [--short-side 256]
+    tsm-ds prepare SRC OUT [--list LIST] [--mode packed|video|frames] [--short-side 256]
                    [--keyint 16] [--crf 23] [--preset veryfast] [--workers N]
 
 SRC is a class-per-folder tree (or use ``--list`` with a video list); what is written is described

@@ -297,7 +297,8 @@ class PrepareConfig:
     src: str = opt(None, "class-folder tree (or the root of --list's relative paths)", positional=True)
     out: str = opt(None, "output folder", positional=True)
     list: str | None = opt(None, "video list ('path label') instead of class folders")
-    mode: str = opt("video", "re-encoded videos, or JPEG frames", choices=("video", "frames"))
+    mode: str = opt("packed", "packed: one training-ready .jpack per video (JPEG frames + index); video: "
+                    "re-encoded H.264; frames: JPEG folders", choices=("packed", "video", "frames"))
     short_side: int = opt(256, "short side of the output in pixels (0 keeps the size)")
     keyint: int | None = opt(None, "keyframe interval in frames (video mode; none: the encoder's)")
     crf: int = opt(23, "x264 constant rate factor (video mode)")

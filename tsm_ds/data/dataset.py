@@ -49,7 +49,7 @@ __all__ = ["VideoClipDataset"]
 
 
 class VideoClipDataset(Dataset):
-    """Clips of ``num_segments`` frames from videos or JPEG frame folders.
+    """Clips of ``num_segments`` frames from videos, JPEG frame folders or packed videos (``.jpack``).
 
     Args:
         records: :class:`VideoRecord` list (videos, or frame folders with num_frames).
@@ -156,17 +156,25 @@ class VideoClipDataset(Dataset):
 
     def load(self, record: VideoRecord, index: int, attempt: int = 0) -> torch.Tensor:
         """Decode and transform one record's clip (no bad-file handling; raises VideoError)."""
-        if record.num_frames is not None and os.path.isdir(record.path):
-            n = record.num_frames
+        def indices(n: int) -> np.ndarray:
+            return clip_indices(n, self.num_segments, mode=self.mode, sampling=self.sampling,
+                                rng=self._rng(index, attempt, 0), num_clips=self.num_clips,
+                                twice_sample=self.twice_sample, window=self.dense_window)
+
+        if _video.is_packed(record.path) and self.frame_cache is None:
+            with _video.PackedVideo(record.path) as pv:   # one open: header, then the kept frames
+                idx = indices(pv.num_frames)
+                frames = pv.decode(idx.reshape(-1), short_side=self.decode_short_side)
         else:
-            n = _video.count_frames(record.path)
-        idx = clip_indices(n, self.num_segments, mode=self.mode, sampling=self.sampling,
-                           rng=self._rng(index, attempt, 0), num_clips=self.num_clips,
-                           twice_sample=self.twice_sample, window=self.dense_window)
+            if record.num_frames is not None and os.path.isdir(record.path):
+                n = record.num_frames
+            else:
+                n = _video.count_frames(record.path)
+            idx = indices(n)
+            decode = self.frame_cache.get if self.frame_cache is not None else _video.decode_frames
+            frames = decode(record.path, idx.reshape(-1), num_frames=n, thread_count=self.thread_count,
+                            short_side=self.decode_short_side)
         k = idx.shape[0]
-        decode = self.frame_cache.get if self.frame_cache is not None else _video.decode_frames
-        frames = decode(record.path, idx.reshape(-1), num_frames=n, thread_count=self.thread_count,
-                        short_side=self.decode_short_side)
         x = self.transform(frames, self._rng(index, attempt, 1))
         if self.mode != "test" or self.num_views == 1:
             return x.reshape(-1, *x.shape[-3:]) if x.ndim == 5 else x

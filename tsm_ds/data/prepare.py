@@ -1,9 +1,13 @@
-"""Re-encode / resize a video dataset, or extract JPEG frames, and write lists (library of ``tsm-ds prepare``).
+"""Prepare a video dataset for training (library of ``tsm-ds prepare``): pack, re-encode or extract.
 
-The output mirrors the input's
-relative paths under OUT:
+The output mirrors the input's relative paths under OUT:
 
-- ``--mode video`` (default): H.264 MP4 (yuv420p, video only; audio is dropped), short side scaled
+- ``--mode packed`` (default, the training-ready format): one ``<rel path without extension>.jpack``
+  per video (:mod:`tsm_ds.data.video.packed`): every decoded frame at ``--short-side``, JPEG
+  quality 90, with an index, so a clip's frames are one open and a few reads away and cost a
+  JPEG decode each (no GOP to decode through). Bytes are those of the JPEG folder of ``--mode
+  frames`` plus a header of 8 bytes per frame; one file per video instead of one per frame.
+- ``--mode video``: H.264 MP4 (yuv420p, video only; audio is dropped), short side scaled
   to ``--short-side`` (0: keep), keyframe every ``--keyint`` frames when given (a short interval
   makes random access cheap: the loader decodes at most keyint frames per sampled frame). Every
   decoded frame is kept, with its timestamps (so variable frame rate stays variable), rotation
@@ -11,13 +15,17 @@ relative paths under OUT:
 - ``--mode frames``: JPEG frames ``<rel path without extension>/img_00001.jpg ...`` (official TSM
   layout) at ``--short-side``.
 
-Lists: ``OUT/all.txt`` (``path label`` for videos, ``dir num_frames label`` for frames, paths relative
-to OUT), ``OUT/classes.txt`` for class-folder input.
+Every mode keeps every source frame (rotation applied), scaled so that the short side is
+``--short-side``; the loader crops them the same way whatever the format.
+
+Lists: ``OUT/all.txt`` (``path label`` for videos and packs, ``dir num_frames label`` for frames,
+paths relative to OUT), ``OUT/classes.txt`` for class-folder input.
 
 Resuming: each output is written under a temporary name and renamed when complete, so an
-interrupted run leaves no half-written output and a rerun skips what is done. Files that cannot be
-read are skipped and listed in ``OUT/prepare_report.json`` (and printed); nothing is dropped
-silently. Runs ``workers`` processes with a tqdm progress bar.
+interrupted run leaves no half-written output and a rerun skips what is done (a pack that exists
+but whose header is damaged is written again). Files that cannot be read are skipped and listed
+in ``OUT/prepare_report.json`` (and printed); nothing is dropped silently. Runs ``workers``
+processes with a tqdm progress bar.
 """
 from __future__ import annotations
 
@@ -30,7 +38,10 @@ from pathlib import Path
 
 from tsm_ds.utils.io import atomic_path, atomic_write_text
 
-__all__ = ["extract_frames", "prepare_dataset", "prepare_video"]
+__all__ = ["MODES", "extract_frames", "pack_video", "prepare_dataset", "prepare_video"]
+
+#: prepare modes, the default first
+MODES = ("packed", "video", "frames")
 
 
 def _even(x: float) -> int:
@@ -146,17 +157,55 @@ def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: in
     return n
 
 
+def _scaled_frames(src: str, short_side: int):
+    """Every frame of ``src`` (rotation applied) scaled to ``short_side`` (0: as decoded)."""
+    size = None
+    for img, _ in _frames(src):
+        if size is None:
+            size = _target_size(img.shape[1], img.shape[0], short_side)
+        yield _resize(img, size)
+
+
+def pack_video(src: str, dst: str, *, short_side: int = 256, quality: int = 90) -> int:
+    """Write every frame of ``src`` into one packed video ``dst`` (``.jpack``, atomically).
+
+    Frames are scaled as ``--mode frames`` scales them (short side ``short_side``, even sides,
+    antialiased) and encoded at JPEG ``quality`` (:func:`tsm_ds.data.video.write_packed`).
+
+    Returns:
+        the number of frames.
+
+    Raises:
+        VideoError subclasses: unreadable input, or no decodable frame (nothing is written).
+    """
+    from .video import write_packed
+
+    return write_packed(dst, _scaled_frames(src, short_side), quality=quality,
+                        meta={"source": os.path.basename(src), "short_side": short_side})
+
+
 def _job(args) -> dict:
     src, rel, label, out_root, mode, opts = args
     from . import video as D
 
     stem = os.path.splitext(rel)[0]
-    dst = os.path.join(out_root, stem + (".mp4" if mode == "video" else ""))
+    dst = os.path.join(out_root, stem + {"video": ".mp4", "packed": D.PACK_EXTENSION}.get(mode, ""))
     row = {"src": src, "out": os.path.relpath(dst, out_root), "label": label, "status": "done",
            "num_frames": None, "reason": ""}
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
     try:
-        if mode == "video":
+        if mode == "packed":
+            try:
+                row["num_frames"] = D.packed_count(dst) if os.path.isfile(dst) else None
+                row["status"] = "skipped (exists)"
+            except D.VideoError:   # a damaged pack (e.g. copied in part): written again
+                row["num_frames"] = None
+            if row["num_frames"] is None:
+                row["status"] = "done"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    row["num_frames"] = pack_video(src, dst, short_side=opts["short_side"])
+        elif mode == "video":
             if os.path.isfile(dst):
                 row["status"] = "skipped (exists)"
                 row["num_frames"] = D.count_frames(dst)
@@ -177,15 +226,16 @@ def _job(args) -> dict:
     return row
 
 
-def prepare_dataset(records, src_root: str, out_root: str, *, mode: str = "video", classes=None,
+def prepare_dataset(records, src_root: str, out_root: str, *, mode: str = "packed", classes=None,
                     workers: int = 1, progress: bool = True, **opts) -> list[dict]:
     """Prepare every record (see the module docstring) and write the lists and the report.
 
     Args:
         records: ``VideoRecord`` s; outputs mirror their paths relative to ``src_root``.
         src_root / out_root: input and output folders (absolute or relative).
-        mode: ``"video"`` (re-encode: ``opts`` short_side, keyint, crf, preset) or ``"frames"``
-            (JPEG frames: ``opts`` short_side).
+        mode: ``"packed"`` (training-ready packs: ``opts`` short_side), ``"video"`` (re-encode:
+            ``opts`` short_side, keyint, crf, preset) or ``"frames"`` (JPEG frames: ``opts``
+            short_side).
         classes: class names for ``OUT/classes.txt`` (None: no file).
         workers: processes; progress: a tqdm bar.
 
@@ -194,10 +244,12 @@ def prepare_dataset(records, src_root: str, out_root: str, *, mode: str = "video
         ``failed``), num_frames, reason. Failed files are listed, never dropped silently.
 
     Raises:
-        OSError: the output folder is not writable.
+        OSError: the output folder is not writable. ValueError: an unknown mode.
     """
     from tqdm import tqdm
 
+    if mode not in MODES:
+        raise ValueError(f"prepare mode must be one of {MODES}, got {mode!r}")
     src_root, out_root = os.path.abspath(src_root), os.path.abspath(out_root)
     os.makedirs(out_root, exist_ok=True)
     jobs = []
@@ -213,7 +265,7 @@ def prepare_dataset(records, src_root: str, out_root: str, *, mode: str = "video
     else:
         rows = [_job(j) for j in tqdm(jobs, desc="prepare", unit="file", disable=not progress)]
     ok = [r for r in rows if r["status"] != "failed"]
-    lines = [(f"{r['out']} {r['label']}" if mode == "video"
+    lines = [(f"{r['out']} {r['label']}" if mode != "frames"
               else f"{r['out']} {r['num_frames']} {r['label']}") for r in ok]
     atomic_write_text(Path(out_root) / "all.txt", "\n".join(lines) + ("\n" if lines else ""))
     if classes is not None:

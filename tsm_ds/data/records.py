@@ -25,7 +25,7 @@ __all__ = ["VideoRecord", "VIDEO_EXTENSIONS", "normalize_class_name", "read_labe
            "kinetics_clip_name", "split_by_source_group"]
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".flv", ".mpg", ".mpeg",
-                    ".wmv", ".gif", ".ogv", ".3gp", ".ts")
+                    ".wmv", ".gif", ".ogv", ".3gp", ".ts", ".jpack")
 
 
 @dataclass

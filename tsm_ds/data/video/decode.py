@@ -39,6 +39,7 @@ from .convert import _out_size, _resize_like, to_rgb
 from .errors import VideoDecodeError, warn_once
 from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder
 from .index import VideoIndex, get_index, open_video
+from .packed import is_packed, read_packed_frames
 from .sequential import DecodeStats, _configure, _partial_message, iter_decoded
 
 __all__ = ["decode_frames", "NONREF_EXACT_DECODERS"]
@@ -51,7 +52,8 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
     """Decode frames ``indices`` (presentation order, 0-based) of a video file or frame folder.
 
     Args:
-        path: a video file, or a JPEG frame folder (``img_00001.jpg`` ... 1-indexed files).
+        path: a video file, a JPEG frame folder (``img_00001.jpg`` ... 1-indexed files) or a
+            packed video (``.jpack``, :mod:`~tsm_ds.data.video.packed`).
         indices: frame indices, any order, repeats allowed. Indices are clipped to
             ``[0, num_frames - 1]``.
         num_frames: for frame folders, the count from the list file (counted when None); ignored
@@ -64,7 +66,9 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
             decoded on H.264 with B-frames).
         short_side: when set, frames whose short side is larger are scaled down to it while they
             are converted to RGB (cheaper than converting full-size frames and resizing after;
-            video files only). None keeps the decoded size.
+            video files), or, for packed videos stored at least twice that size, decoded at a
+            reduced JPEG DCT scale (:func:`~tsm_ds.data.video.packed.dct_scale_for`). None keeps
+            the decoded size.
 
     Returns:
         np.uint8 array (T, H, W, 3), RGB, T = len(indices), in the order of ``indices``; H, W
@@ -87,6 +91,8 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
         n = num_frames if num_frames else frame_folder_count(path, frame_template)
         want = [min(max(i, 0), n - 1) for i in want]
         return read_frame_folder(path, want, frame_template)
+    if is_packed(path):   # one open, one read per run of adjacent frames (data/video/packed.py)
+        return read_packed_frames(path, want, short_side=short_side)
 
     idx = get_index(path)
     n = idx.num_frames

@@ -28,6 +28,7 @@ from tsm_ds.utils.io import atomic_path
 
 from .errors import NoVideoStreamError, VideoDecodeError, VideoOpenError, check_readable_file, warn_once
 from .frames import frame_folder_count, is_frame_folder
+from .packed import is_packed, packed_count
 
 __all__ = ["VideoIndex", "build_index", "get_index", "count_frames", "set_index_cache_dir",
            "clear_index_cache", "set_index_cache_size", "open_video", "video_stream", "INDEX_CACHE_SIZE"]
@@ -260,7 +261,8 @@ def get_index(path: str | os.PathLike) -> VideoIndex:
 
 
 def count_frames(path: str | os.PathLike) -> int:
-    """Frames in a video file (cached demux-only packet count) or a JPEG frame folder.
+    """Frames in a video file (cached demux-only packet count), a JPEG frame folder or a packed
+    video (its header).
 
     Raises:
         VideoOpenError / NoVideoStreamError / VideoDecodeError as :func:`build_index`;
@@ -269,4 +271,6 @@ def count_frames(path: str | os.PathLike) -> int:
     path = str(path)
     if is_frame_folder(path):
         return frame_folder_count(path)
+    if is_packed(path):
+        return packed_count(path)
     return get_index(path).num_frames

@@ -21,6 +21,7 @@ from .convert import to_rgb
 from .errors import VideoDecodeError, warn_once
 from .frames import frame_folder_count, is_frame_folder, read_frame_folder
 from .index import open_video, video_stream
+from .packed import PackedVideo, is_packed
 
 __all__ = ["DecodeStats", "iter_decoded", "decode_all_frames", "iter_frames"]
 
@@ -112,7 +113,8 @@ def decode_all_frames(path: str | os.PathLike, *, thread_count: int = 1) -> np.n
 
     Returns:
         np.uint8 (N, H, W, 3) RGB with rotation applied; frames whose size differs from the
-        first frame's are scaled to it. Stops quietly at the first decode error.
+        first frame's are scaled to it. Stops quietly at the first decode error. A packed video
+        (``.jpack``): all its frames (a damaged pack raises VideoDecodeError).
 
     Raises:
         VideoOpenError, NoVideoStreamError, VideoDecodeError (no decodable frame).
@@ -120,6 +122,9 @@ def decode_all_frames(path: str | os.PathLike, *, thread_count: int = 1) -> np.n
     Used by tests and the benchmark's decode-everything baseline.
     """
     path = str(path)
+    if is_packed(path):
+        with PackedVideo(path) as pv:
+            return pv.decode(range(pv.num_frames))
     frames = []
     size = None
     it = iter_decoded(path, thread_count=thread_count)
@@ -146,7 +151,8 @@ def iter_frames(path: str | os.PathLike, *, stride: int = 1, start: int = 0,
     re-decode each GOP).
 
     Args:
-        path: a video file, or a JPEG frame folder (its files are read one by one).
+        path: a video file, a JPEG frame folder (its files are read one by one) or a packed
+            video (``.jpack``, frames read one by one).
         stride, start, stop: which frames (``stop`` None: to the end of the stream).
         thread_count: decoder threads.
         num_frames: the frame count the caller works with (``count_frames``: the packet count,
@@ -171,6 +177,12 @@ def iter_frames(path: str | os.PathLike, *, stride: int = 1, start: int = 0,
         n = frame_folder_count(path) if num_frames is None else num_frames
         for j in range(start, n if stop is None else min(stop, n), stride):
             yield j, read_frame_folder(path, [j])[0]
+        return
+    if is_packed(path):
+        with PackedVideo(path) as pv:
+            n = pv.num_frames if num_frames is None else num_frames
+            for j in range(start, n if stop is None else min(stop, n), stride):
+                yield j, pv.decode([j])[0]
         return
     st = DecodeStats()
     i = img_i = -1

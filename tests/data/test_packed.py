@@ -1,0 +1,155 @@
+"""The packed format (``.jpack``): exact frames, one file per video, damage named and replaced."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tsm_ds.cli import prepare as prepare_cli
+from tsm_ds.data import VideoClipDataset
+from tsm_ds.data import video as D
+from tsm_ds.data.records import read_class_folders, read_video_list
+from tsm_ds.data.testvideo import number_frame, read_number, write_numbered_video
+from tsm_ds.data.video import packed as P
+
+
+def _frames(n, w=128, h=64):
+    return [number_frame(i, w, h, texture=True) for i in range(n)]
+
+
+def test_write_read_exact_jpeg_bytes_and_pixels(tmp_path):
+    frames = _frames(12)
+    path = tmp_path / "v.jpack"
+    assert P.write_packed(path, frames, quality=90, meta={"source": "x.mp4"}) == 12
+    with P.PackedVideo(path) as pv:
+        assert (pv.num_frames, pv.width, pv.height) == (12, 128, 64)
+        assert pv.meta == {"source": "x.mp4", "quality": 90}
+        enc = pv.read_encoded([3, 4, 5, 11, 3])
+        assert sorted(enc) == [3, 4, 5, 11]
+        # the bytes are Pillow's JPEG of the frame, as prepare --mode frames writes it
+        b = io.BytesIO()
+        Image.fromarray(frames[4]).save(b, format="JPEG", quality=90)
+        assert enc[4] == b.getvalue()
+        out = pv.decode([11, 0, 5, 5, 40, -3])   # any order, repeats, clipped
+    assert out.shape == (6, 64, 128, 3) and out.dtype == np.uint8
+    assert [read_number(f) for f in out] == [11, 0, 5, 5, 11, 0]
+    ref = np.asarray(Image.open(io.BytesIO(b.getvalue())).convert("RGB"))
+    assert np.array_equal(D.read_packed_frames(path, [4])[0], ref)
+    assert D.count_frames(path) == 12
+    assert [read_number(f) for f in D.decode_all_frames(path)] == list(range(12))
+    assert [(i, read_number(f)) for i, f in D.iter_frames(path, stride=5)] == [(0, 0), (5, 5), (10, 10)]
+    # file layout: header, N + 1 offsets ending at the file size
+    raw = path.read_bytes()
+    assert raw[:8] == P.PACK_MAGIC
+    offs = np.frombuffer(raw, "<u8", 13, 32)
+    assert int(offs[-1]) == len(raw) and raw[int(offs[0]):int(offs[0]) + 2] == b"\xff\xd8"
+
+
+def test_decode_frames_reads_packs_with_exact_indices(tmp_path):
+    """0 wrong frames: the numbered frames come back at the asked indices, through the same
+    reader every command uses."""
+    P.write_packed(tmp_path / "v.jpack", _frames(40))
+    idx = [39, 0, 17, 18, 19, 2, 2]
+    assert [read_number(f) for f in D.decode_frames(tmp_path / "v.jpack", idx)] == idx
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("truncate", "truncated"),
+    ("append", "extended"),
+    ("magic", "not a packed video"),
+    ("frame", "frame 3 is not a whole JPEG"),
+    ("empty", "not a packed video"),
+])
+def test_damaged_packs_are_named(tmp_path, damage, words):
+    path = tmp_path / "v.jpack"
+    P.write_packed(path, _frames(6))
+    raw = bytearray(path.read_bytes())
+    offs = np.frombuffer(bytes(raw), "<u8", 7, 32)
+    if damage == "truncate":
+        raw = raw[:len(raw) - 100]
+    elif damage == "append":
+        raw += b"junk"
+    elif damage == "magic":
+        raw[:8] = b"NOTAPACK"
+    elif damage == "frame":
+        raw[int(offs[3]):int(offs[3]) + 2] = b"\x00\x00"
+    else:
+        raw = bytearray()
+    path.write_bytes(bytes(raw))
+    with pytest.raises(D.VideoDecodeError) as e:
+        D.read_packed_frames(path, [0, 3, 5])
+    assert words in str(e.value) and str(path) in str(e.value)
+
+
+def test_dataset_replaces_a_damaged_pack_and_names_it(tmp_path):
+    good, bad = tmp_path / "good.jpack", tmp_path / "bad.jpack"
+    P.write_packed(good, _frames(16))
+    P.write_packed(bad, _frames(16))
+    bad.write_bytes(bad.read_bytes()[:-500])           # a copy cut short
+    recs = [D_rec(bad, 0), D_rec(good, 1)]
+    ds = VideoClipDataset(recs, mode="val", num_segments=4, img_size=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        item = ds[0]
+    # replaced by the only good record, whose label the item carries
+    assert item["bad"] >= 1 and item["label"] == 1 and item["index"] == 0
+    named = json.loads(item["bad_files"])
+    assert named[0][0] == str(bad) and "truncated" in named[0][1]
+    assert item["clip"].shape == (4, 3, 64, 64) and not item["clip"].dtype.is_floating_point
+    assert ds[1]["bad"] == 0 and ds[1]["clip"].equal(item["clip"])
+
+
+def D_rec(path, label):
+    from tsm_ds.data.records import VideoRecord
+
+    return VideoRecord(str(path), label)
+
+
+def test_dct_scale_only_where_frames_exceed_the_need(tmp_path):
+    assert [P.dct_scale_for(640, 360, s) for s in (None, 0, 331, 256, 180, 170, 90, 40, 10)] == \
+        [1, 1, 1, 1, 2, 2, 4, 8, 8]
+    P.write_packed(tmp_path / "v.jpack", _frames(3, 256, 128))
+    full = D.decode_frames(tmp_path / "v.jpack", [1])
+    half = D.decode_frames(tmp_path / "v.jpack", [1], short_side=64)
+    assert full.shape == (1, 128, 256, 3) and half.shape == (1, 64, 128, 3)
+    assert read_number(np.repeat(np.repeat(half[0], 2, 0), 2, 1)) == 1
+    # the same picture: the half-scale decode is close to a 2x2 average of the full one
+    avg = full[0].reshape(64, 2, 128, 2, 3).mean((1, 3))
+    assert np.abs(avg - half[0]).mean() < 6
+
+
+def test_prepare_packed_is_the_default_mode_resumes_and_rewrites_damage(tmp_path, capsys):
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    write_numbered_video(src / "a" / "one.mp4", 20, gop=20, bframes=2)
+    write_numbered_video(src / "b" / "two.avi", 13, codec="mpeg4", gop=13, bframes=0)
+    (src / "b" / "broken.mp4").write_bytes(b"\x00\x01" * 500)
+    out = tmp_path / "out"
+    assert prepare_cli.main([str(src), str(out), "--short-side", "0", "--workers", "1"]) == 1
+    report = json.loads((out / "prepare_report.json").read_text())
+    assert report["mode"] == "packed"
+    assert {r["src"].split("/")[-1]: r["status"] for r in report["files"]} == {
+        "one.mp4": "done", "two.avi": "done", "broken.mp4": "failed"}
+    recs = read_video_list(out / "all.txt")
+    assert [(os.path.relpath(r.path, out), r.label) for r in recs] == [("a/one.jpack", 0),
+                                                                      ("b/two.jpack", 1)]
+    assert sorted(os.listdir(out / "a")) == ["one.jpack"]   # one file per video
+    assert [read_number(f) for f in D.decode_all_frames(recs[0].path)] == list(range(20))
+    assert [read_number(f) for f in D.decode_all_frames(recs[1].path)] == list(range(13))
+    # the class tree of packs reads like a tree of videos
+    tree_recs, names = read_class_folders(out)
+    assert names == ["a", "b"] and [r.path for r in tree_recs] == [r.path for r in recs]
+    # rerun: done packs skipped; a damaged one (cut short) written again
+    two = out / "b" / "two.jpack"
+    two.write_bytes(two.read_bytes()[:-10])
+    prepare_cli.main([str(src), str(out), "--short-side", "0", "--workers", "1"])
+    report = json.loads((out / "prepare_report.json").read_text())
+    assert {r["src"].split("/")[-1]: r["status"] for r in report["files"]} == {
+        "one.mp4": "skipped (exists)", "two.avi": "done", "broken.mp4": "failed"}
+    assert D.count_frames(two) == 13
