@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
                            num_crops=v.num_crops, sampling=v.sampling, full_res=v.full_res, resize=v.resize,
                            img_size=cfg.data.img_size, average=v.average, batch_size=e.batch_size,
                            workers=e.workers, max_clips=e.max_clips, plot=e.plot,
-                           trust=cfg.checkpoint.trust_checkpoint,
+                           trust=cfg.checkpoint.trust_checkpoint, decode_device=cfg.data.decode_device,
                            log=lambda line: print(line, flush=True))
     except (FileNotFoundError, NotADirectoryError, ValueError, CheckpointError) as err:
         print(f"tsm-ds eval: {err}", file=sys.stderr)

@@ -229,8 +229,11 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     from tsm_ds.data.splits import build_datasets
     try:  # a bad --data / list / label file is the user's to fix: a message, not a traceback
         split, flip = select_data(cfg, log)
+        if d.decode_device and d.cache_decoded:
+            raise ValueError("--decode-device and --cache-decoded exclude each other: the cache holds "
+                             "decoded frames; choose one")
         train_set, val_set = build_datasets(split, num_segments=m.num_segments, img_size=d.img_size,
-                                            seed=sch.seed, flip=flip)
+                                            seed=sch.seed, flip=flip, decode_device=d.decode_device)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         log.error("data: %s", e)
         return EXIT_CONFIG

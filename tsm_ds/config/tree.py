@@ -56,6 +56,9 @@ class DataConfig:
                               "(frame sampling, crops and flips are still drawn per epoch); for small datasets")
     cache_decoded_max_mb: float = opt(4096.0, "size limit of --cache-decoded per rank (MiB of decoded frames); "
                                       "videos beyond it are decoded per clip")
+    decode_device: str | None = opt(None, "decode packed JPEG frames in whole batches on this device (cpu: the main "
+                                    "process; cuda: nvJPEG on the GPU) instead of in the DataLoader workers (default); "
+                                    "packed data only (tsm-ds prepare)", choices=("cpu", "cuda"))
     demo_clips: int = opt(48, "training clips per class of the generated demo dataset (used only without data)")
 
 

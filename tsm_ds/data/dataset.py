@@ -41,6 +41,7 @@ from torch.utils.data import Dataset
 
 from . import video as _video
 from .memory import release_freed_heap
+from .packed_batch import PackedClip, check_decode_device, stack_views
 from .records import VideoRecord
 from .sampling import clip_indices
 from .transforms import ClipTransform
@@ -75,6 +76,11 @@ class VideoClipDataset(Dataset):
             is what the official pipeline gets from frames extracted at that size; None: decode
             at full resolution. With ``resize="official"`` (val/test), "auto" decodes at full
             resolution so that the whole-frame bilinear scaling does all the resizing.
+        decode_device: None (default): the worker decodes and returns uint8 clips. "cpu" /
+            "cuda": packed records only; the worker returns a
+            :class:`~tsm_ds.data.packed_batch.PackedClip` (JPEG bytes + the drawn crop) and
+            :func:`~tsm_ds.data.transforms.normalize_batch` decodes whole batches there
+            (DataLoaders need ``collate_fn=collate_items``); "cuda" without CUDA is refused.
 
     Raises ValueError for an empty record list or bad options.
     """
@@ -84,7 +90,8 @@ class VideoClipDataset(Dataset):
                  flip: bool = True, seed: int = 0, num_clips: int = 1, num_crops: int = 1,
                  full_res: bool | None = None, resize: str = "box", twice_sample: bool = False, dense_window: int = 64, max_replacements: int = 20,
                  thread_count: int = 1, train_short_side: int | None | str = "auto",
-                 scale_size: int | None = None, decode_short_side: int | None | str = "auto"):
+                 scale_size: int | None = None, decode_short_side: int | None | str = "auto",
+                 decode_device: str | None = None):
         if not records:
             raise ValueError("VideoClipDataset: no records")
         if mode not in ("train", "val", "test"):
@@ -113,6 +120,14 @@ class VideoClipDataset(Dataset):
             decode_short_side = (self.transform.train_short_side if mode == "train"
                                  else None if resize == "official" else self.transform.scale_size)
         self.decode_short_side = decode_short_side
+        self.decode_device = check_decode_device(decode_device)
+        if self.decode_device is not None:
+            not_packed = [r.path for r in self.records if not _video.is_packed(r.path)]
+            if not_packed:
+                raise ValueError(f"decode_device={decode_device!r} (--decode-device) decodes packed videos "
+                                 f"only, and {len(not_packed)} records are not, e.g. {not_packed[0]}: "
+                                 "prepare them with 'tsm-ds prepare SRC OUT' (--mode packed) or leave "
+                                 "--decode-device unset")
         # fail early on a bad option combination
         clip_indices(max(num_segments, 1) * 4, num_segments, mode=mode, sampling=sampling,
                      rng=np.random.default_rng(0), num_clips=self.num_clips,
@@ -161,6 +176,17 @@ class VideoClipDataset(Dataset):
                                 rng=self._rng(index, attempt, 0), num_clips=self.num_clips,
                                 twice_sample=self.twice_sample, window=self.dense_window)
 
+        if self.decode_device is not None:   # the consumer decodes the batch (data/packed_batch.py)
+            with _video.PackedVideo(record.path) as pv:
+                idx = indices(pv.num_frames)
+                flat = [min(max(int(i), 0), pv.num_frames - 1) for i in idx.reshape(-1)]
+                enc = pv.read_encoded(flat)   # whole JPEGs checked here: damage replaced like a bad video
+                size = (pv.width, pv.height)
+            official = self.transform.resize == "official" and self.mode != "train"
+            boxes = None if official else self.transform.boxes(*size, self._rng(index, attempt, 1))
+            return PackedClip([enc[i] for i in flat], boxes, self.transform, idx.shape[0],
+                              self.num_segments, self.mode == "test" and self.num_views > 1,
+                              record.path, self.decode_device)
         if _video.is_packed(record.path) and self.frame_cache is None:
             with _video.PackedVideo(record.path) as pv:   # one open: header, then the kept frames
                 idx = indices(pv.num_frames)
@@ -176,12 +202,7 @@ class VideoClipDataset(Dataset):
                             short_side=self.decode_short_side)
         k = idx.shape[0]
         x = self.transform(frames, self._rng(index, attempt, 1))
-        if self.mode != "test" or self.num_views == 1:
-            return x.reshape(-1, *x.shape[-3:]) if x.ndim == 5 else x
-        if x.ndim == 4:  # one crop: (K*T, 3, S, S)
-            x = x.unsqueeze(0)
-        c = x.shape[0]
-        return x.reshape(c * k, self.num_segments, *x.shape[-3:])
+        return stack_views(x, k, self.num_segments, self.mode == "test" and self.num_views > 1)
 
     def __getitem__(self, index: int) -> dict:
         """The item for ``index`` (see the module docstring). Raises IndexError out of range,

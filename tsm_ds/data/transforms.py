@@ -184,7 +184,8 @@ def normalize_batch(clip: torch.Tensor, mean: Sequence[float] = IMAGENET_MEAN,
 
     Args:
         clip: uint8 (..., 3, H, W), e.g. (N, T, 3, S, S) or (N, V, T, 3, C, C) as the DataLoader
-            stacks :class:`ClipTransform` outputs. A floating tensor is taken as already normalised
+            stacks :class:`ClipTransform` outputs; or a :class:`~tsm_ds.data.packed_batch.PackedBatch`
+            (``--decode-device``), decoded, cropped and resized first on its decode device. A floating tensor is taken as already normalised
             (hand-made datasets, synthetic batches) and only moved and cast.
         mean, std: per-channel values for pixels in [0, 1] (the dataset's
             ``normalization``; ImageNet by default).
@@ -198,6 +199,10 @@ def normalize_batch(clip: torch.Tensor, mean: Sequence[float] = IMAGENET_MEAN,
         as ``clip`` (``Tensor.float`` preserves the memory format). On CPU bit-identical to
         normalising each item separately, as the per-item path did before issue 27.
     """
+    from .packed_batch import PackedBatch
+
+    if isinstance(clip, PackedBatch):   # --decode-device: JPEG frames decoded here, batched
+        clip = clip.decode()
     if device is not None:   # host -> accelerator copies may overlap (pinned batches)
         clip = clip.to(device, non_blocking=torch.device(device).type != "cpu")
     if clip.is_floating_point():
@@ -300,11 +305,23 @@ class ClipTransform:
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ValueError(f"frames must be (T, H, W, 3) uint8, got shape {tuple(x.shape)}")
         x = x.permute(0, 3, 1, 2)  # (T, 3, H, W), a view
-        if self.resize == "official" and self.mode != "train":
+        boxes = (None if self.resize == "official" and self.mode != "train"
+                 else self.boxes(x.shape[-1], x.shape[-2], rng))
+        return self.apply(x, boxes)
+
+    def apply(self, x: torch.Tensor, boxes: list | None) -> torch.Tensor:
+        """Cut and scale the views ``boxes`` (from :meth:`boxes`, drawn for this clip's frame
+        size) out of uint8 frames ``x`` (T, 3, H, W) on any device; ``boxes`` None: the
+        official val/test views (``resize="official"``, no random choice).
+
+        Returns what :meth:`__call__` returns, on ``x``'s device. The batched decoder
+        (:mod:`tsm_ds.data.packed_batch`) calls it with the boxes a worker drew.
+        """
+        if boxes is None:
             views = self._official_views(x)
         else:
             views = []
-            for (bx, by, bw, bh), side, flip in self.boxes(x.shape[-1], x.shape[-2], rng):
+            for (bx, by, bw, bh), side, flip in boxes:
                 top, left = int(round(by)), int(round(bx))
                 h, w = max(1, int(round(bh))), max(1, int(round(bw)))
                 views.append((TF.resized_crop(x, top, left, h, w, [side, side],

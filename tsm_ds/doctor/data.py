@@ -117,8 +117,10 @@ def loader_rate(ds, workers: int, batch: int, budget: float, *, pin: bool = Fals
     """
     from torch.utils.data import DataLoader
 
+    from tsm_ds.data.packed_batch import collate_items
+
     dl = DataLoader(_Cycle(ds, 10 ** 7), batch_size=batch, num_workers=workers, shuffle=False,
-                    pin_memory=pin, persistent_workers=False)
+                    pin_memory=pin, persistent_workers=False, collate_fn=collate_items)
     it = iter(dl)
     try:
         for _ in range(1 if step is not None else max(1, workers)):

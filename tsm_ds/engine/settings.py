@@ -325,14 +325,16 @@ def build_loaders(train_set, val_set, *, micro: int, world: int, rank: int, seed
     import torch
     from torch.utils.data import DataLoader
 
+    from tsm_ds.data.packed_batch import collate_items
+
     sampler = ResumableDistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=seed,
                                           drop_last=False)
     loader_gen = torch.Generator()
     loader = DataLoader(train_set, batch_size=micro, sampler=sampler, num_workers=num_workers, drop_last=True,
-                        generator=loader_gen, persistent_workers=False)
+                        generator=loader_gen, persistent_workers=False, collate_fn=collate_items)
     val_loader = None
     if val_set is not None and len(val_set):
         vs = DistributedSampler(val_set, num_replicas=world, rank=rank, shuffle=False)
         val_loader = DataLoader(val_set, batch_size=eval_batch_size or micro, sampler=vs, num_workers=num_workers,
-                                generator=torch.Generator().manual_seed(seed))
+                                generator=torch.Generator().manual_seed(seed), collate_fn=collate_items)
     return sampler, loader_gen, loader, val_loader

@@ -133,7 +133,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
              num_crops: int = 1, sampling: str | None = None, full_res: bool | None = None, resize: str = "box",
              img_size: int | None = None, average: str = "logits", batch_size: int = 1, workers: int = 0,
              max_clips: int | None = None, plot: bool = True, trust: bool = False,
-             log: Callable[[str], None] | None = None) -> dict | None:
+             decode_device: str | None = None, log: Callable[[str], None] | None = None) -> dict | None:
     """Evaluate a checkpoint on videos with a multi-view test protocol (``tsm-ds eval``; the options
     are the fields of the ``checkpoint``, ``views`` and ``eval`` sections of :mod:`tsm_ds.config.tree`).
 
@@ -148,6 +148,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
         batch_size: videos per rank per step; workers: DataLoader workers; max_clips: clips per
             model call (None: all views of a batch at once).
         plot: write confusion.png; log: rank 0's progress lines (default: the ``tsm_ds.inference`` logger).
+        decode_device: decode packed videos' JPEG frames in batches there (``--decode-device``; see
+            :class:`~tsm_ds.data.dataset.VideoClipDataset`); None: in the DataLoader workers.
         trust: load a checkpoint that needs more than the weights-only allowlist with full unpickling
             (``--trust-checkpoint``; :func:`load_for_inference`).
 
@@ -159,6 +161,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
         :func:`load_records`).
     """
     from torch.utils.data import DataLoader
+
+    from tsm_ds.data.packed_batch import collate_items
     from torch.utils.data.distributed import DistributedSampler
 
     from tsm_ds.data.dataset import VideoClipDataset
@@ -178,10 +182,10 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
                                                 val_fraction=val_fraction)
     mapping = map_labels(ds_names, loaded.class_names)
     dataset = VideoClipDataset(records, num_segments=num_segments, img_size=img_size,
-                               **protocol.dataset_kwargs())
+                               decode_device=decode_device, **protocol.dataset_kwargs())
     sampler = DistributedSampler(dataset, shuffle=False) if world > 1 else None
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, shuffle=False,
-                        num_workers=workers)
+                        num_workers=workers, collate_fn=collate_items)
     if rank == 0:
         log = log or logging.getLogger("tsm_ds.inference").info
         for note in loaded.notes:
