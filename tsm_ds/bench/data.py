@@ -28,6 +28,14 @@ Then the whole training pipeline on the real clips (VideoClipDataset in train mo
 multi-scale crop, flip; uint8 items, not normalised: the consumer normalises per batch on its device)
 through a DataLoader with 0 and 2 worker processes.
 
+Then the format table (:mod:`tsm_ds.bench.data_formats`, issue 27): generated Kinetics-like
+clips (10 s at 30 fps, 640x360 and 1280x720, GOP 250; ``--quick``: 2 s) and the real clips, each
+as raw video, ``prepare --mode video --short-side 256 --keyint 16``, ``prepare --mode frames``
+(JPEG folders) and ``prepare --mode packed``: training items (T=8, 224, uint8) per core from one
+DataLoader worker, bytes and files per video, the cores one GPU needs, the profile split of an
+item, JPEG bytes per frame of the generated inputs next to the real clips'. Its rows are in
+``data.json`` (``"table": "formats"``) and a second table of ``data.md``.
+
 Frames are "same" when the mean absolute difference to the reference is below 3 grey levels
 (other FFmpeg builds convert YUV to RGB slightly differently). Writes ``data.json`` / ``data.md``.
 The machine may be shared: numbers are medians of interleaved repetitions; compare the ratios.
@@ -262,6 +270,8 @@ def bench_dataset(files_labels: list[tuple[str, int]], workers: tuple[int, ...],
 def run_data_bench(out_dir: str | os.PathLike = "bench_out", *, data: str | os.PathLike | None = DEFAULT_DATA,
                    quick: bool = False, reps: int | None = None, minutes: float | None = None,
                    cache: str | os.PathLike | None = None, loaders: Sequence[str] = LOADERS,
+                   formats: Sequence[str] | None = None, seconds: float | None = None,
+                   format_clips: int | None = None,
                    log: Callable[[str], Any] = _LOG.info) -> tuple[list[dict], Path, Path]:
     """Run the loader benchmark (``tsm-ds bench data``) and write ``data.json`` / ``data.md``.
 
@@ -269,22 +279,28 @@ def run_data_bench(out_dir: str | os.PathLike = "bench_out", *, data: str | os.P
     and two generated textured 360p videos of ``minutes`` minutes (keyframe every 250 and every
     25 frames, cached in ``cache``). Every available loader of ``loaders`` (:data:`LOADERS`) is
     timed on each (:func:`bench_input`), then the training pipeline through a DataLoader with 0
-    and 2 workers on the real clips (:func:`bench_dataset`).
+    and 2 workers on the real clips (:func:`bench_dataset`), then the format table
+    (:func:`tsm_ds.bench.data_formats.bench_formats`) on generated Kinetics-like clips of
+    ``seconds`` (640x360 and 1280x720) and ``format_clips`` of the real clips.
 
     Args:
         out_dir: folder of the report (created).
         quick: defaults for a CPU: 3 repetitions, 1-minute videos (explicit values win).
         reps: repetitions (default 5; quick 3); minutes: generated video length (default 5;
             quick 1); cache: folder of the generated videos (default ``out_dir/bench_videos``).
+        formats: of :data:`tsm_ds.bench.data_formats.FORMATS` (default all; ``()``: no format
+            table); seconds: generated Kinetics-like clip length (default 10; quick 2);
+            format_clips: real clips in the format table (default all; quick 3, spread evenly).
         log: progress lines (skipped loaders, the input being measured).
 
     Returns:
-        (rows, data.json path, data.md path); no rows when nothing could be measured.
+        (rows, data.json path, data.md path); no rows when nothing could be measured. Rows of
+        the format table carry ``"table": "formats"`` (and no ``loader``).
 
     Raises:
         OSError: ``out_dir`` or ``cache`` is not writable.
     """
-    from tsm_ds.utils.io import write_report
+    from tsm_ds.utils.io import append_markdown, write_report
 
     reps = reps or (3 if quick else 5)
     minutes = minutes or (1.0 if quick else 5.0)
@@ -318,6 +334,8 @@ def run_data_bench(out_dir: str | os.PathLike = "bench_out", *, data: str | os.P
         if recs:
             log("bench data: VideoClipDataset through a DataLoader ...")
             rows += bench_dataset([(r.path, r.label) for r in recs], (0, 2), max(2, reps - 1))
+    fmt_rows, fmt_meta = _format_table(out_dir, cache, recs, data, quick=quick, reps=reps, formats=formats,
+                                       seconds=seconds, format_clips=format_clips, log=log)
     meta = {"clip": "8 segment-centre frames (TSN val), 1 decoding thread", "repetitions": reps,
             "statistic": "clips_per_s: median over repetitions (loaders interleaved per clip in a "
                          "rotating order); best_clips_per_s: fastest repetition", "generated_video_minutes": minutes,
@@ -325,6 +343,48 @@ def run_data_bench(out_dir: str | os.PathLike = "bench_out", *, data: str | os.P
             "note": "shared 2-core machine: compare ratios within one run"}
     cols = ["input", "loader", "clips_per_s", "best_clips_per_s", "ms_per_clip", "frames_decoded_per_clip",
             "same_frames", "ratio_vs_best_other", "index_ms_per_file"]
-    jp, mp = write_report("data", rows, out_dir, meta=meta, columns=cols,
+    jp, mp = write_report("data", rows + fmt_rows, out_dir, meta={**meta, "formats": fmt_meta}, columns=cols,
                           title="Clip decoding: tsm_ds loader vs alternatives")
-    return rows, jp, mp
+    append_markdown(mp, _markdown(rows, cols, meta, fmt_rows, fmt_meta), replace=True)
+    return rows + fmt_rows, jp, mp
+
+
+def _format_table(out_dir: Path, cache: Path, recs: list, data, *, quick: bool, reps: int, formats, seconds,
+                  format_clips, log) -> tuple[list[dict], dict]:
+    """The inputs of the format table and its rows (:func:`tsm_ds.bench.data_formats.bench_formats`)."""
+    from tsm_ds.bench import data_formats as F
+    from tsm_ds.data.records import VideoRecord
+
+    formats = F.FORMATS if formats is None else tuple(formats)
+    if not formats:
+        return [], {"skipped": "no formats asked for"}
+    seconds = seconds or (2.0 if quick else 10.0)
+    inputs = []
+    for w, h in ((640, 360), (1280, 720)):
+        p = F.make_kinetics_like(cache / f"kinetics_like_{seconds:g}s_{h}p_gop250.mp4", seconds, w, h)
+        inputs.append({"name": f"generated {w}x{h} {seconds:g} s 30 fps GOP 250", "records": [VideoRecord(p, 0)],
+                       "root": str(cache), "src_height": h})
+    if recs:
+        k = format_clips or (3 if quick else len(recs))
+        pick = recs if k >= len(recs) else [recs[round(i * (len(recs) - 1) / max(1, k - 1))] for i in range(k)]
+        inputs.append({"name": f"real clips ({len(pick)} of {len(recs)})", "records": pick, "root": str(data),
+                       "src_height": None})
+    rows, meta = F.bench_formats(inputs, out_dir / "bench_formats", formats=formats,
+                                 reps=1 if quick else reps, budget_s=0.3 if quick else 3.0, batch=2 if quick else 4,
+                                 profile_items=2 if quick else 8, log=log)
+    for r in rows:
+        r["table"] = "formats"
+    return rows, meta
+
+
+def _markdown(rows: list[dict], cols: list[str], meta: dict, fmt_rows: list[dict], fmt_meta: dict) -> str:
+    """data.md: the loader table and its notes, then the format table and its notes."""
+    from tsm_ds.bench.data_formats import FORMAT_COLUMNS
+    from tsm_ds.utils.io import markdown_table
+
+    md = "## Clip decoding: tsm_ds loader vs alternatives\n\n" + markdown_table(rows, cols) + "\n"
+    md += "\n".join(f"- {k}: {v}" for k, v in meta.items()) + "\n"
+    if fmt_rows:
+        md += ("\n## Training items per core by data format\n\n" + markdown_table(fmt_rows, FORMAT_COLUMNS) + "\n"
+               + "\n".join(f"- {k}: {v}" for k, v in fmt_meta.items()) + "\n")
+    return md

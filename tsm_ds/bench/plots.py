@@ -142,8 +142,9 @@ def plot_loader(json_path: str | os.PathLike, out: str | os.PathLike) -> Path | 
     Rows with ``input`` and ``loader`` columns (``tsm-ds bench data``) become grouped bars: one
     group per input (real clips, long-GOP video, ...), one bar per loader, clips/s on a log axis
     (the loaders differ by orders of magnitude on long videos). Other layouts: one bar per row.
+    The format table's rows (``"table": "formats"``) are not plotted here.
     """
-    rows = _rows(json_path)
+    rows = [r for r in _rows(json_path) if r.get("table") != "formats"]
     cols = numeric_columns(rows, contains=("clips_per_s", "clips_s"),
                            exclude=("spread", "std", "iqr", "min", "max", "ratio", "_lo", "_hi"))
     if not cols:

@@ -87,6 +87,8 @@ class BenchModelsConfig:
 
 
 #: every loader of ``tsm_ds.bench.data`` (:data:`tsm_ds.bench.data.LOADERS`), in table order
+#: the formats of ``tsm_ds.bench.data_formats.FORMATS``
+BENCH_DATA_FORMATS = ("raw", "video", "frames", "packed")
 BENCH_DATA_LOADERS = ("tsm_ds", "tsm_ds_short256", "decode_all", "torchcodec_exact", "torchcodec_approx", "decord")
 
 
@@ -96,13 +98,19 @@ class BenchDataConfig:
     ``data.data`` (``$TSM_DS_DATA``, else ../shared/data/videos)."""
 
     out_dir: str = opt("bench_out", "where data.json / data.md go")
-    quick: bool = opt(False, "1-minute generated video, 3 repetitions")
+    quick: bool = opt(False, "1-minute generated video, 3 repetitions; format table: 2-s clips, 3 real clips, 1 repetition")
     reps: int | None = opt(None, "repetitions (default 5; quick 3)")
     minutes: float | None = opt(None, "generated video length (default 5; quick 1)")
     cache: str | None = opt(None, "folder for the generated videos (default <out-dir>/bench_videos)")
     loaders: tuple[str, ...] = opt(BENCH_DATA_LOADERS, "comma-separated; tsm_ds_short256 scales frames to a short "
                                    "side of 256 while converting (what VideoClipDataset does in val/test)",
                                    parse=split_strs)
+    formats: tuple[str, ...] = opt(BENCH_DATA_FORMATS, "comma-separated formats of the format table (raw: the "
+                                   "videos as they are; video / frames / packed: tsm-ds prepare --mode); empty: "
+                                   "no format table", parse=split_strs)
+    seconds: float | None = opt(None, "length of the generated Kinetics-like clips of the format table "
+                                      "(default 10; quick 2)")
+    format_clips: int | None = opt(None, "real clips in the format table (default all; quick 3)")
 
 
 #: the all-reduce variants of ``tsm_ds.bench.comm`` (:data:`tsm_ds.bench.comm.METHODS`)
