@@ -321,7 +321,7 @@ def profile_item(records: Sequence, n: int = 8) -> dict[str, float | None]:
     try:
         for i in range(n):
             rec = ds.records[i]
-            is_video = not os.path.isdir(rec.path) and not rec.path.endswith(".jpack")
+            is_video = not os.path.isdir(rec.path) and not rec.path.endswith(video.PACK_EXTENSION)
             nf = rec.num_frames if rec.num_frames and os.path.isdir(rec.path) else video.count_frames(rec.path)
             idx = clip_indices(nf, 8, mode="train", rng=np.random.default_rng([0, i])).reshape(-1)
             st = video.DecodeStats()
