@@ -177,3 +177,50 @@ def test_recipe_readers_and_helpers():
     assert dcompute.micro_batch(ctx, load_config("gpu_kinetics_1536")) == 8
     hint = dcomm.launcher_hint(ctx)
     assert hint.startswith("deepspeed --num_gpus 2 --module tsm_ds.cli.doctor") and "--arch resnet18" in hint
+
+
+def test_data_advice_names_the_format_and_the_cores_per_gpu():
+    res = _verdict(_sections(step_s=0.5, loader=1.25, data_extra={
+        "data_format": "raw video", "per_worker_clips_per_s": 4.0, "cores_per_gpu_a100": 75.0,
+        "cores_per_gpu_h100": 150.0, "reencode_speedup": 5.5, "reencode_clips": 3,
+        "reencode_command": "tsm-ds prepare SRC OUT --mode packed --short-side 256"}))
+    advice = [a["text"] for a in res["verdict"]["values"]["advice"]]
+    assert advice[0] == ("data format measured: raw video; one core loads 4 training clips/s, so feeding a GPU "
+                         "takes 75 cores per A100 (~300 clips/s) and 150 per H100/H200 (~600 clips/s); "
+                         "`tsm-ds prepare SRC OUT` writes the training-ready packed format")
+    assert any(t.startswith("prepare with `tsm-ds prepare SRC OUT --mode packed --short-side 256`: x5.5"
+                            .replace("`: ", "` and train on OUT: ")) for t in advice)
+    assert _check_numbers({"sections": res}) >= 5
+
+
+def test_detect_format(tmp_path):
+    from tsm_ds.data.prepare import extract_frames, pack_video
+    from tsm_ds.data.records import VideoRecord
+    from tsm_ds.data.testvideo import write_numbered_video
+
+    raw = write_numbered_video(tmp_path / "raw.mp4", 80, gop=250)
+    short = write_numbered_video(tmp_path / "short.mp4", 80, gop=16)
+    pack_video(short, str(tmp_path / "p.jpack"), short_side=64)
+    extract_frames(short, str(tmp_path / "frames"), short_side=64)
+    got = {p: ddata.detect_format([VideoRecord(str(tmp_path / p), 0)]) for p in ("raw.mp4", "short.mp4", "p.jpack", "frames")}
+    assert {p: g["format"] for p, g in got.items()} == {"raw.mp4": "raw video", "short.mp4": "re-encoded video",
+                                                        "p.jpack": "packed", "frames": "JPEG folders"}
+    assert got["raw.mp4"]["keyframe_interval"] == 80 and got["short.mp4"]["keyframe_interval"] == 16
+    mixed = ddata.detect_format([VideoRecord(str(tmp_path / p), 0) for p in ("raw.mp4", "p.jpack", "p.jpack")])
+    assert mixed["format"] == "packed" and mixed["counts"] == {"raw video": 1, "packed": 2}
+
+
+def test_plot_title_shows_the_whole_verdict():
+    from tsm_ds.doctor.doctor_report import figure
+
+    res = _verdict(_sections(step_s=0.5, loader=1.25, data_extra={"workers_needed": 7}))
+    summary = res["verdict"]["summary"]
+    assert len(summary) > 90                     # longer than a line: the old title was cut off here
+    fig = figure(build_report(DoctorSettings().as_dict(), res))
+    text = fig._suptitle
+    assert " ".join(text.get_text().split("\n")) == summary and "\n" in text.get_text()
+    fig.canvas.draw()
+    box, page = text.get_window_extent(), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    import matplotlib.pyplot as plt
+    plt.close(fig)

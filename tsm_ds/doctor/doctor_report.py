@@ -22,7 +22,7 @@ from typing import Any
 
 from tsm_ds.utils.io import atomic_write_text, machine_info, markdown_table
 
-__all__ = ["SCHEMA", "build_report", "write_report", "markdown", "measured", "plot"]
+__all__ = ["SCHEMA", "TITLE_WIDTH", "build_report", "write_report", "markdown", "measured", "figure", "plot"]
 
 SCHEMA = "tsm_ds.doctor/1"
 
@@ -127,7 +127,7 @@ def _bars(report: dict[str, Any]) -> list[tuple[str, float, str]]:
             if kind == "pipeline":
                 label = f"pipeline: loader ({r['workers']} workers) + training"
             elif r["measure"].startswith("re-encoded"):
-                label = "re-encoded sample, 1 thread"
+                label = "prepared sample, 1 thread"
             else:
                 w = r["workers"]
                 label = f"loader, {w} worker{'s' if w > 1 else ''}" if w else "loader, 1 thread in process"
@@ -138,8 +138,21 @@ def _bars(report: dict[str, Any]) -> list[tuple[str, float, str]]:
     return [b for b in out if isinstance(b[1], (int, float)) and b[1] > 0]
 
 
-def plot(report: dict[str, Any], out: str | Path) -> Path | None:
-    """``doctor.png`` (module docstring); None when nothing was measured."""
+#: characters per title line of ``doctor.png``: the whole verdict shows, wrapped, over the
+#: figure's width (8 inches at font size 9: about 110 characters fit; 80 leaves a margin)
+TITLE_WIDTH = 80
+
+
+def figure(report: dict[str, Any]):
+    """The ``doctor.png`` figure (module docstring), or None when nothing was measured.
+
+    The title is the verdict's whole summary, wrapped at :data:`TITLE_WIDTH` characters (words
+    never broken, no line dropped) as the figure's title, centred on the figure, not on the axes
+    (whose left edge moves right with the bar labels), so no part of it falls outside the image.
+
+    Returns:
+        a ``matplotlib.figure.Figure`` (the caller saves and closes it), or None.
+    """
     bars = _bars(report)
     if not bars:
         return None
@@ -148,10 +161,10 @@ def plot(report: dict[str, Any], out: str | Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tsm_ds.bench.plots import save_figure
-
     colors = {"compute": "tab:blue", "data": "tab:orange", "pipeline": "tab:green", "communication": "tab:red"}
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(bars) + 1.6))
+    title = report["sections"].get("verdict", {}).get("summary", "tsm-ds doctor")
+    lines = textwrap.wrap(title, TITLE_WIDTH, break_long_words=False, break_on_hyphens=False)
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(bars) + 1.4 + 0.2 * len(lines)))
     ys = range(len(bars))
     ax.barh(list(ys), [b[1] for b in bars], color=[colors[b[2]] for b in bars])
     for y, b in zip(ys, bars):
@@ -163,9 +176,22 @@ def plot(report: dict[str, Any], out: str | Path) -> Path | None:
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlim(min(b[1] for b in bars) / 2, max(b[1] for b in bars) * 3)
     ax.set_xlabel("clips/s per device (log scale)")
-    title = report["sections"].get("verdict", {}).get("summary", "tsm-ds doctor")
-    ax.set_title("\n".join(textwrap.wrap(title, 90)[:3]), fontsize=9)
+    fig.suptitle("\n".join(lines), fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def plot(report: dict[str, Any], out: str | Path) -> Path | None:
+    """``doctor.png`` (module docstring, :func:`figure`); None when nothing was measured.
+
+    Raises:
+        OSError: ``out`` cannot be written.
+    """
+    fig = figure(report)
+    if fig is None:
+        return None
+    from tsm_ds.bench.plots import save_figure
+
     return save_figure(fig, Path(out))
 
 

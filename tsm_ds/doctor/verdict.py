@@ -8,6 +8,10 @@ all-reduces after the backward pass):
 - communication: ``allreduce_s`` per step (communication section; 0 when not measured);
 - data: the loader alone with the cores-per-device workers, ``loader_clips_per_s`` (data section).
 
+Whenever the data section measured, the first advice names the data format it measured and the
+CPU cores one GPU needs at one core's rate (A100 ~300 training clips/s, H100/H200 ~600; sources:
+:data:`tsm_ds.bench.data_formats.GPU_RATE_SOURCES`).
+
 With ``R = micro_batch / (step_s + allreduce_s)`` (clips/s the device could train at):
 **data-bound** when the loader delivers less than R (``factor`` = R / loader: how much faster
 training would go if data kept up); else **communication-bound** when the all-reduce takes longer
@@ -96,6 +100,14 @@ def _advice(results: dict, v: dict[str, Any], cuda: bool) -> list[dict[str, Any]
     a = _Advice(secs)
     c, d, m = _vals(results, "compute"), _vals(results, "data"), _vals(results, "communication")
     out = []
+    if "cores_per_gpu_a100" in d:
+        t = (f"data format measured: {d.get('data_format', 'unknown')}; one core loads "
+             f"{a.n('data', 'per_worker_clips_per_s', 'rate')} training clips/s, so feeding a GPU takes "
+             f"{a.n('data', 'cores_per_gpu_a100', 'rate')} cores per A100 (~300 clips/s) and "
+             f"{a.n('data', 'cores_per_gpu_h100', 'rate')} per H100/H200 (~600 clips/s)")
+        if d.get("data_format") not in ("packed", None):
+            t += "; `tsm-ds prepare SRC OUT` writes the training-ready packed format"
+        out.append(a.done(t))
     if v["bound"] == "data":
         if "workers_needed" in d:
             out.append(a.done(f"needs {a.n('data', 'workers_needed', 'count')} loader workers per device to keep up "
@@ -103,14 +115,15 @@ def _advice(results: dict, v: dict[str, Any], cuda: bool) -> list[dict[str, Any]
                               f"core(s) per device"))
         if "reencode_speedup" in d:
             if d["reencode_speedup"] >= GAIN:
-                t = (f"re-encode with `tsm-ds prepare SRC OUT --short-side 256 --keyint 16` and train on OUT: "
+                cmd = d.get("reencode_command", "tsm-ds prepare SRC OUT --short-side 256 --keyint 16")
+                t = (f"prepare with `{cmd}` and train on OUT: "
                      f"{a.n('data', 'reencode_speedup')} loader clips/s on a sample of "
                      f"{a.n('data', 'reencode_clips', 'count')} of your clips")
                 if "workers_needed_reencoded" in d:
                     t += f" (then {a.n('data', 'workers_needed_reencoded', 'count')} workers per device)"
                 out.append(a.done(t))
             else:
-                out.append(a.done(f"re-encoding (`--short-side 256 --keyint 16`) measured "
+                out.append(a.done(f"preparing (`{d.get('reencode_command', '--short-side 256 --keyint 16')}`) measured "
                                   f"{a.n('data', 'reencode_speedup')} on a sample: these files are already cheap "
                                   f"to decode; fewer frames per clip (--num-segments), a smaller --img-size or "
                                   f"more cores per device are what is left"))
