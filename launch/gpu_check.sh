@@ -17,7 +17,9 @@
 # 8x224 training clips/s fp32 / fp16 / bf16 / channels-last), recipes 45 (every gpu_* recipe but
 # gpu_kinetics_1536 for 20 steps; that one resolved), fusedlamb 60 (gpu_fp16_lamb: DeepSpeed's
 # FusedLamb, JIT-built), onebit 30 (the 1-bit compressor, two ranks over gloo with CUDA tensors on one
-# GPU), compile 50 (torch.compile, last: the likeliest to run out of time).
+# GPU), gpudecode 45 (issue 27: training clips/s of CPU DataLoader workers vs --decode-device cuda,
+# the packs' JPEG frames decoded in batches with nvJPEG, and the pixel difference of the two paths;
+# tsm_ds/bench/decode_device.py), compile 50 (torch.compile, last: the likeliest to run out of time).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -121,6 +123,12 @@ section() {
 skip() { record "$1" -1 0 0; echo "== $1: skipped ($2)" | tee -a "$LOG"; }
 
 DOCTOR=("$PY" -m tsm_ds.cli doctor --no-progress)
+# gpudecode DEVICE SECONDS BOX: CPU workers vs batched decoding on DEVICE (needs clips)
+gpudecode() {
+  if [ ${#DATA_FLAG[@]} -eq 0 ]; then skip gpudecode "no clips (--data)"; return; fi
+  section gpudecode "$3" "$PY" -c "from tsm_ds.bench.decode_device import run_decode_bench as r; \
+r('$DATA', '$1', '$WORK/gpudecode', seconds=$2, workers=min(8, __import__('os').cpu_count()))"
+}
 if [ "$MODE" = dry ]; then
   skip setup "dry run: this python's packages"
   TINY=(--arch resnet18 --num-segments 2 --img-size 32 --micro-batch-size 2 --quick)
@@ -132,6 +140,7 @@ if [ "$MODE" = dry ]; then
       --recipe-steps 2 --num-segments 2 --out "$WORK/recipes"
   skip fusedlamb "CUDA only"
   section onebit 120 "${DOCTOR[@]}" --only onebit --quick --out "$WORK/onebit"
+  gpudecode cpu 2 15
   skip compile "on CPU torch.compile takes minutes"
 else
   section setup 25 bash -c "set -e; nvidia-smi -L; \
@@ -147,6 +156,7 @@ else
       --recipe-names gpu_autocast_bf16_onebit,gpu_bf16,gpu_fp16,gpu_fp16_comm_fp16,gpu_kinetics_1536 --out "$WORK/recipes"
   section fusedlamb 60 "${DOCTOR[@]}" --recipes --recipe-steps 20 --recipe-names gpu_fp16_lamb --out "$WORK/fusedlamb"
   section onebit 30 "${DOCTOR[@]}" --only onebit --out "$WORK/onebit"
+  gpudecode cuda 8 45
   section compile 50 "${DOCTOR[@]}" --only compute "${R50[@]}" --deepspeed_config cpu_fp32 --compile --quick \
       --out "$WORK/compile"
 fi

@@ -71,8 +71,15 @@ def test_gpu_check_dry_run(tmp_path, clips):
     lines = [json.loads(x) for x in (out / "gpu_check.jsonl").read_text().splitlines()]
     status = {x["section"]: x["status"] for x in lines}
     assert status == {"setup": "skipped", "doctor": "ok", "precisions": "skipped", "recipes": "ok",
-                      "fusedlamb": "skipped", "onebit": "ok", "compile": "skipped"}
+                      "fusedlamb": "skipped", "onebit": "ok", "gpudecode": "ok", "compile": "skipped"}
     doc = {x["section"]: x["doctor"] for x in lines}
+
+    # batched decoding on the CPU (the GPU run: cuda): the same pixels as the workers' path
+    g = doc["gpudecode"]
+    assert g["device"] == "cpu" and g["videos"] == 4 and g["items_compared"] == 4
+    assert g["pixel_max_abs_diff"] == 0 and g["pixel_mean_abs_diff"] == 0
+    assert g["cpu_workers"]["clips"] > 0 and g["decode_device"]["clips"] > 0
+    assert g["ratio"] == pytest.approx(g["decode_device"]["clips_per_s"] / g["cpu_workers"]["clips_per_s"], rel=1e-2)
 
     # the doctor: schema, every section, measured values consistent with each other
     rep = doc["doctor"]
