@@ -8,7 +8,8 @@ For every input and every format, the inputs are prepared with
   (8, 3, 224, 224)) through a ``torch.utils.data.DataLoader`` with ONE worker process (PyTorch sets
   one torch thread in its workers; this process uses one too), uint8 batches counted in the main
   process, so the rate is what one CPU core delivers. The first batches (worker start, frame
-  indexes) are not timed; then ``reps`` time boxes of ``budget_s`` each, median. Page cache:
+  indexes) are not timed; then ``reps`` rounds, each one time box of ``budget_s`` per format of
+  the input, interleaved in a rotating order (:func:`loader_rates_interleaved`), median. Page cache:
   warm (every file was just written by prepare or read by the correctness check).
 - ``bytes_per_clip``: on-disk bytes of a video's prepared file(s) (the folder's files for JPEG
   folders), mean over the videos; ``bytes_per_frame`` = that / frames; ``files_per_video``.
@@ -48,7 +49,7 @@ import numpy as np
 
 __all__ = ["GPU_TRAIN_CLIPS_PER_S", "GPU_RATE_SOURCES", "FORMATS", "FORMAT_NAMES", "available_formats",
            "kinetics_like_frame", "make_kinetics_like", "read_grid_number", "prepare_format", "disk_usage",
-           "loader_rate_one_worker", "profile_item", "bench_formats", "FORMAT_COLUMNS"]
+           "loader_rates_interleaved", "profile_item", "bench_formats", "FORMAT_COLUMNS"]
 
 #: training clips/s one GPU eats (TSM-R50, 8 frames of 224, mixed precision): ResNet-50 trains at
 #: about 2,470 images/s on one A100 (NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets
@@ -237,49 +238,82 @@ def _train_ds(records: Sequence, length: int | None = None):
     return VideoClipDataset(recs, num_segments=8, mode="train", img_size=224, seed=0)
 
 
-def loader_rate_one_worker(records: Sequence, *, reps: int = 3, budget_s: float = 2.0, batch: int = 4,
-                           min_batches: int = 2) -> dict[str, Any]:
-    """Training items per second from ONE DataLoader worker, uint8 batches counted here.
+class _OneWorker:
+    """A one-worker DataLoader over ``records`` kept open, so that time boxes of several formats
+    can be interleaved (the worker of a format not being timed waits with a full queue)."""
+
+    def __init__(self, records: Sequence, batch: int):
+        from torch.utils.data import DataLoader
+
+        self.dl = DataLoader(_train_ds(records, 20_000), batch_size=batch, num_workers=1, shuffle=False,
+                             persistent_workers=False, prefetch_factor=2)
+        self.it = iter(self.dl)
+        self.prefetch = 2
+
+    def box(self, budget_s: float, min_batches: int) -> tuple[int, float]:
+        """Drain the batches prepared while waiting (untimed), then count clips for ``budget_s``;
+        returns (clips, seconds)."""
+        import torch
+
+        for _ in range(self.prefetch):
+            next(self.it)
+        n, b, t0 = 0, 0, time.perf_counter()
+        while b < min_batches or time.perf_counter() - t0 < budget_s:
+            x = next(self.it)["clip"]
+            assert x.dtype == torch.uint8
+            n += int(x.shape[0])
+            b += 1
+        return n, time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Stop the worker."""
+        del self.it
+
+
+def loader_rates_interleaved(prepared: dict[str, Sequence], *, reps: int = 3, budget_s: float = 2.0,
+                             batch: int = 4, min_batches: int = 2) -> dict[str, dict[str, Any]]:
+    """Training items per second from ONE DataLoader worker per format, uint8 batches counted
+    here, the formats' time boxes interleaved (round r times the formats in an order rotated by r),
+    so that a shared machine's load falls on every format alike.
 
     Args:
-        records: the (prepared) records; they are cycled (each index draws its own frames and crop).
-        reps: time boxes of ``budget_s`` seconds (at least ``min_batches`` batches each), one
-            iterator throughout; the first 2 batches (worker start, frame indexes) are not timed.
+        prepared: {format: its (prepared) records}; records are cycled (each index draws its own
+            frames and crop).
+        reps: rounds; each round one time box of ``budget_s`` seconds (at least ``min_batches``
+            batches) per format, after draining the batches its worker prepared while waiting.
         batch: clips per batch.
 
     Returns:
-        ``{"clips_per_s": median over the reps, "best_clips_per_s", "clips": timed clips,
-        "reps": [clips/s of each]}``.
+        {format: ``{"clips_per_s": median over the rounds, "best_clips_per_s", "clips": timed
+        clips, "reps": [clips/s of each round]}``}.
 
     Raises:
-        RuntimeError: the dataset gave up on unreadable files (VideoClipDataset).
+        RuntimeError: a dataset gave up on unreadable files (VideoClipDataset).
     """
     import torch
-    from torch.utils.data import DataLoader
 
     old = torch.get_num_threads()
     torch.set_num_threads(1)
-    ds = _train_ds(records, 20_000)
-    dl = DataLoader(ds, batch_size=batch, num_workers=1, shuffle=False, persistent_workers=False)
-    it = iter(dl)
-    rates, total = [], 0
+    loaders = {}
     try:
-        for _ in range(2):
-            next(it)
-        for _ in range(reps):
-            n, b, t0 = 0, 0, time.perf_counter()
-            while b < min_batches or time.perf_counter() - t0 < budget_s:
-                x = next(it)["clip"]
-                assert x.dtype == torch.uint8
-                n += int(x.shape[0])
-                b += 1
-            rates.append(n / (time.perf_counter() - t0))
-            total += n
+        for f, recs in prepared.items():
+            loaders[f] = _OneWorker(recs, batch)
+            for _ in range(2):   # worker start, frame indexes
+                next(loaders[f].it)
+        rates: dict[str, list[float]] = {f: [] for f in prepared}
+        total = dict.fromkeys(prepared, 0)
+        order = list(prepared)
+        for r in range(reps):
+            for f in order[r % len(order):] + order[:r % len(order)]:
+                n, secs = loaders[f].box(budget_s, min_batches)
+                rates[f].append(n / secs)
+                total[f] += n
     finally:
-        del it
+        for ld in loaders.values():
+            ld.close()
         torch.set_num_threads(old)
-    return {"clips_per_s": statistics.median(rates), "best_clips_per_s": max(rates), "clips": total,
-            "reps": rates}
+    return {f: {"clips_per_s": statistics.median(v), "best_clips_per_s": max(v), "clips": total[f], "reps": v}
+            for f, v in rates.items()}
 
 
 def _kept_av_frames(path: str, targets: Sequence[int]) -> list:
@@ -383,7 +417,7 @@ def bench_formats(inputs: Sequence[dict[str, Any]], work_dir: str | os.PathLike,
         work_dir: where the prepared copies go (``<work_dir>/<input #>/<format>``; reused when
             present).
         formats: of :data:`FORMATS`; those :func:`available_formats` lacks are skipped (in meta).
-        reps, budget_s, batch: :func:`loader_rate_one_worker`; profile_items: :func:`profile_item`.
+        reps, budget_s, batch: :func:`loader_rates_interleaved`; profile_items: :func:`profile_item`.
         log: progress lines.
 
     Returns:
@@ -400,6 +434,7 @@ def bench_formats(inputs: Sequence[dict[str, Any]], work_dir: str | os.PathLike,
     rows: list[dict[str, Any]] = []
     for k, inp in enumerate(inputs):
         recs = list(inp["records"])
+        to_time: dict[str, tuple] = {}
         for fmt in run:
             log(f"bench data: formats: {inp['name']}: {FORMAT_NAMES[fmt]} ...")
             t = time.perf_counter()
@@ -426,12 +461,17 @@ def bench_formats(inputs: Sequence[dict[str, Any]], work_dir: str | os.PathLike,
                 if inp.get("src_height"):
                     row["same_frames"] = _same_frames(prepared, inp["src_height"])
                 row.update(profile_item(prepared, profile_items))
-                got = loader_rate_one_worker(prepared, reps=reps, budget_s=budget_s, batch=batch)
-            cps = got["clips_per_s"]
-            row.update(clips_per_s_per_core=cps, best_clips_per_s_per_core=got["best_clips_per_s"],
-                       timed_clips=got["clips"], cores_a100=GPU_TRAIN_CLIPS_PER_S["A100"] / cps,
-                       cores_h100=GPU_TRAIN_CLIPS_PER_S["H100/H200"] / cps)
             rows.append(row)
+            to_time[fmt] = (row, prepared)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = loader_rates_interleaved({f: p for f, (_, p) in to_time.items()}, reps=reps,
+                                           budget_s=budget_s, batch=batch)
+        for f, (row, _) in to_time.items():
+            cps = got[f]["clips_per_s"]
+            row.update(clips_per_s_per_core=cps, best_clips_per_s_per_core=got[f]["best_clips_per_s"],
+                       timed_clips=got[f]["clips"], cores_a100=GPU_TRAIN_CLIPS_PER_S["A100"] / cps,
+                       cores_h100=GPU_TRAIN_CLIPS_PER_S["H100/H200"] / cps)
         base = {r["format"]: r for r in rows if r["input"] == inp["name"] and r.get("clips_per_s_per_core")}
         for r in rows:
             if r["input"] != inp["name"] or not r.get("clips_per_s_per_core"):
@@ -447,9 +487,9 @@ def bench_formats(inputs: Sequence[dict[str, Any]], work_dir: str | os.PathLike,
     meta: dict[str, Any] = {
         "gpu_train_clips_per_s": GPU_TRAIN_CLIPS_PER_S, "gpu_rate_sources": GPU_RATE_SOURCES,
         "items": "VideoClipDataset train, 8 segments, 224 crop, uint8 (8, 3, 224, 224)",
-        "timing": f"1 DataLoader worker (1 torch thread), batch {batch}, uint8 batches counted in the main "
-                  f"process (1 torch thread); first 2 batches untimed, then {reps} time box(es) of {budget_s:g} s, "
-                  "median",
+        "timing": f"1 DataLoader worker (1 torch thread) per format, batch {batch}, uint8 batches counted in "
+                  f"the main process (1 torch thread); first 2 batches untimed, then {reps} round(s) of one "
+                  f"{budget_s:g} s time box per format, interleaved in rotating order, median",
         "page_cache": "warm: every file was just written by prepare or read by the checks",
         "profile": "stages of the item path timed directly, 1 thread (bench/data_formats.py profile_item)",
         "jpeg_bytes_per_frame": jpeg, "skipped_formats": skipped or "none"}
