@@ -153,3 +153,15 @@ def test_prepare_packed_is_the_default_mode_resumes_and_rewrites_damage(tmp_path
     assert {r["src"].split("/")[-1]: r["status"] for r in report["files"]} == {
         "one.mp4": "skipped (exists)", "two.avi": "done", "broken.mp4": "failed"}
     assert D.count_frames(two) == 13
+
+
+def test_frame_folders_decode_at_the_dct_scale_packs_use(tmp_path):
+    from tsm_ds.data.prepare import extract_frames
+
+    src = tmp_path / "v.mp4"
+    write_numbered_video(src, 6, width=256, height=128, gop=6)
+    extract_frames(str(src), str(tmp_path / "f"), short_side=0)
+    full = D.decode_frames(tmp_path / "f", [1, 4], num_frames=6)
+    half = D.decode_frames(tmp_path / "f", [1, 4], num_frames=6, short_side=64)
+    assert full.shape == (2, 128, 256, 3) and half.shape == (2, 64, 128, 3)
+    assert [read_number(np.repeat(np.repeat(f, 2, 0), 2, 1)) for f in half] == [1, 4]

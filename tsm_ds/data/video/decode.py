@@ -66,8 +66,8 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
             decoded on H.264 with B-frames).
         short_side: when set, frames whose short side is larger are scaled down to it while they
             are converted to RGB (cheaper than converting full-size frames and resizing after;
-            video files), or, for packed videos stored at least twice that size, decoded at a
-            reduced JPEG DCT scale (:func:`~tsm_ds.data.video.packed.dct_scale_for`). None keeps
+            video files), or, for packs and JPEG frame folders stored at least twice that size,
+            decoded at a reduced JPEG DCT scale (:func:`~tsm_ds.data.video.packed.dct_scale_for`). None keeps
             the decoded size.
 
     Returns:
@@ -90,7 +90,7 @@ def decode_frames(path: str | os.PathLike, indices: Iterable[int], *, num_frames
     if is_frame_folder(path):
         n = num_frames if num_frames else frame_folder_count(path, frame_template)
         want = [min(max(i, 0), n - 1) for i in want]
-        return read_frame_folder(path, want, frame_template)
+        return read_frame_folder(path, want, frame_template, short_side=short_side)
     if is_packed(path):   # one open, one read per run of adjacent frames (data/video/packed.py)
         return read_packed_frames(path, want, short_side=short_side)
 

@@ -42,10 +42,12 @@ def frame_folder_count(path: str | os.PathLike, template: str = FRAME_TEMPLATE) 
 
 
 def read_frame_folder(path: str | os.PathLike, indices: Sequence[int],
-                      template: str = FRAME_TEMPLATE) -> np.ndarray:
+                      template: str = FRAME_TEMPLATE, short_side: int | None = None) -> np.ndarray:
     """Read frames ``indices`` (0-based, any order, repeats allowed; not clipped) of a frame folder.
 
-    Each distinct frame is read and decoded once (torchvision ``decode_image``, RGB).
+    Each distinct frame is read and decoded once (torchvision ``decode_image``, RGB). With
+    ``short_side``, JPEG frames at least twice that size are decoded at a reduced DCT scale
+    (:func:`~tsm_ds.data.video.packed.dct_scale_for`, Pillow's ``draft``), as packs are.
 
     Returns:
         np.uint8 array (T, H, W, 3), RGB, T = len(indices), in the order of ``indices``.
@@ -56,17 +58,29 @@ def read_frame_folder(path: str | os.PathLike, indices: Sequence[int],
     import torch
     from torchvision.io import ImageReadMode, decode_image, read_file
 
+    from .packed import _decode_one, dct_scale_for
+
     path = str(path)
     cache: dict[int, np.ndarray] = {}
     out = []
+    scale = None   # the DCT scale, from the first frame's size
     for i in indices:
         if i not in cache:
             f = os.path.join(path, template.format(i + 1))
             try:
-                img = decode_image(read_file(f), mode=ImageReadMode.RGB)
+                if short_side and scale is None:
+                    from PIL import Image
+
+                    with Image.open(f) as im:   # the header only
+                        scale = dct_scale_for(*im.size, short_side) if im.format == "JPEG" else 1
+                if scale and scale > 1:
+                    with open(f, "rb") as fh:
+                        cache[i] = _decode_one(fh.read(), scale)
+                else:
+                    img = decode_image(read_file(f), mode=ImageReadMode.RGB)
+                    cache[i] = img.permute(1, 2, 0).contiguous().numpy()
             except Exception as e:
                 raise VideoDecodeError(f, f"cannot read frame: {type(e).__name__}: {e}") from None
-            cache[i] = img.permute(1, 2, 0).contiguous().numpy()
         out.append(cache[i])
     del torch
     return np.stack(out)
