@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import re
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, GuardSettings
+from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, GuardSettings, lr_warmup_steps
 
 # ------------------------------------------------------------------ the rules (no engine)
 
@@ -63,6 +64,98 @@ def test_guard_state_round_trip_and_settings_errors():
     assert h.after_update(8) is None and h.skipped_run == 1
     with pytest.raises(ValueError, match="window >= 1"):
         GuardSettings(window=0)
+
+
+def _trace_batch128() -> list[float]:
+    """Study run (b) at batch 128 (README, large batch), shaped: 5 warm-up steps 1.4 -> 6.6, then 30
+    steps climbing to ~33.5 with noise, then 32-35 to the end (50 steps); K = 4 (ln 4 = 1.39)."""
+    rng = random.Random(0)
+    warm = [1.4 + (6.6 - 1.4) * i / 4 for i in range(5)]
+    climb = [6.6 + (33.5 - 6.6) * i / 30 + rng.uniform(-0.5, 0.5) for i in range(1, 31)]
+    return warm + climb + [33.5 + rng.uniform(-1.5, 1.5) for _ in range(15)]
+
+
+def _trace_batch8_lr003() -> list[float]:
+    """lr 0.03 at batch 8 (800 steps, 80 warm-up steps), shaped: the loss drifts from 1.4 to ~14 (10x
+    chance) over 400 steps with noise (+-0.25) and stays there."""
+    rng = random.Random(1)
+    return [1.4 + 12.6 * min(s, 400) / 400 + rng.uniform(-0.25, 0.25) for s in range(800)]
+
+
+def _trace_learning() -> list[float]:
+    """A healthy run: 1.4 -> 0.3 over 800 steps with noise (+-30 %) and a few spikes to 3x chance."""
+    rng = random.Random(2)
+    out = [(0.3 + 1.1 * math.exp(-s / 150)) * rng.uniform(0.7, 1.3) for s in range(800)]
+    for s in (3, 40, 41, 300):
+        out[s] = 3.0 * math.log(4) + 0.5
+    return out
+
+
+def _replay(trace: list[float], warmup: int, settings: GuardSettings | None = None) -> tuple[int | None, str | None]:
+    """The first step (1-based) the guard stops at, with its reason (None, None: never)."""
+    g = DivergenceGuard(settings or GuardSettings(), num_classes=4, warmup_steps=warmup)
+    for step, loss in enumerate(trace, 1):
+        reason = g.before_update(loss, 20.0, step=step)
+        if reason:
+            return step, reason
+    return None, None
+
+
+def test_stuck_rule_stops_the_batch_128_climb_that_the_median_rule_let_through():
+    trace = _trace_batch128()
+    assert max(trace) < 36 and min(trace[35:]) > 32
+    # the median rule alone (rule 5 off) never fires: the median climbs with the loss
+    assert _replay(trace, 5, GuardSettings(stuck_factor=0)) == (None, None)
+    step, reason = _replay(trace, 5)
+    floor = 3 * math.log(4)
+    # every step after the 5 warm-up steps is above 3 ln 4: steps 6..25 are the 20 in a row
+    assert all(v > floor for v in trace[5:25]) and step == 25
+    assert reason.startswith("stuck above chance: loss above 3 x chance ln K 1.386 = 4.159 for 20 optimizer "
+                             "steps in a row (steps 6-25, after the 5 warm-up steps), now ")
+    assert "--stuck-factor" in reason
+
+
+def test_stuck_rule_stops_the_slow_drift_to_10x_chance():
+    trace = _trace_batch8_lr003()
+    floor = 3 * math.log(4)
+    first = next(i for i in range(len(trace)) if all(v > floor for v in trace[i:i + 20])) + 1   # 1-based
+    assert first > 80                               # it crosses the floor after the warm-up
+    step, reason = _replay(trace, 80)
+    assert step == first + 19 and f"(steps {first}-{step}, after the 80 warm-up steps)" in reason
+    assert _replay(trace, 80, GuardSettings(stuck_factor=0)) == (None, None)   # what the old guard did
+
+
+def test_stuck_rule_lets_a_learning_run_and_the_warm_up_through():
+    assert _replay(_trace_learning(), 0) == (None, None)
+    assert _replay(_trace_learning(), 80) == (None, None)
+    climb_then_recover = [10.0] * 30 + [1.0] * 100       # above the floor only during 30 warm-up steps
+    assert _replay(climb_then_recover, 30) == (None, None)
+    assert _replay(climb_then_recover, 10)[0] == 30       # counted from step 11: 20 in a row at step 30
+    one_dip = [10.0] * 19 + [1.0] + [10.0] * 19           # a step below the floor starts the count again
+    assert _replay(one_dip, 0) == (None, None)
+
+
+def test_stuck_rule_state_resumes_and_settings_name_the_flag():
+    g = DivergenceGuard(GuardSettings(stuck_steps=5), 4)
+    for v in (9.0, 9.0, 9.0):
+        assert g.before_update(v) is None
+    h = DivergenceGuard(GuardSettings(stuck_steps=5), 4)
+    h.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    assert h.stuck_run == 3 and h.before_update(9.0) is None
+    assert h.before_update(9.0).startswith("stuck above chance")          # 5 in a row across the resume
+    old = {k: v for k, v in g.state_dict().items() if k != "stuck_run"}   # a checkpoint from before rule 5
+    h.load_state_dict(old)
+    assert h.stuck_run == 0
+    with pytest.raises(ValueError, match="--stuck-factor"):
+        GuardSettings(stuck_factor=-1)
+    with pytest.raises(ValueError, match="--stuck-steps"):
+        GuardSettings(stuck_steps=0)
+
+
+def test_lr_warmup_steps_of_a_resolved_recipe():
+    assert lr_warmup_steps({}, {"lr_schedule": {"type": "cosine", "warmup_steps": 5}}) == 5
+    assert lr_warmup_steps({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 7}}}, {}) == 7
+    assert lr_warmup_steps({}, {}) == 0
 
 
 def test_report_names_step_lr_loss_norm_checkpoint_and_fix():
@@ -239,6 +332,34 @@ def test_defaults_do_not_fire_on_the_demo_first_steps(tmp_path):
     losses = [e.value for e in ev.Scalars("train/loss")]
     assert len(losses) == 12 and all(math.isfinite(v) for v in losses)
     assert max(losses) < GuardSettings().factor * math.log(len(info["classes"])) / 3   # a wide margin
+
+
+@pytest.mark.slow
+def test_a_run_stuck_far_above_chance_exits_3_naming_the_rule(tmp_path):
+    """A real run that never goes non-finite: SGD at lr 5 on the demo data (4 classes) sends the
+    loss to hundreds and keeps it there. Rule 3 is turned off (its jump from chance would fire
+    first); the stuck rule stops the run after its 10 steps in a row, exit 3, recorded."""
+    from tsm_ds.data.synthetic import make_demo_dataset
+
+    info = make_demo_dataset(tmp_path / "demo", seed=0, train_per_class=6, val_per_class=1)
+    env = dict(os.environ, DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "tsm_ds.train", "--deepspeed_config", "cpu_fp32", "--train-list", info["train_list"],
+           "--val-list", info["val_list"], "--arch", "resnet18", "--img-size", "32", "--num-segments", "2",
+           "--no-flip", "--batch-size", "2", "--micro-batch-size", "2", "--epochs", "2", "--max-steps", "20",
+           "--num-workers", "0", "--no-progress", "--seed", "0", "--lr", "5", "--divergence-factor", "0",
+           "--stuck-steps", "10", "--output-dir", str(tmp_path / "runs"), "--run-name", "stuck"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 3, out[-3000:]
+    m = re.search(r"training diverged at optimizer step (\d+): stuck above chance: loss above 3 x chance ln K "
+                  r"1.386 = 4.159 for 10 optimizer steps in a row \(steps (\d+)-(\d+), after the 0 warm-up steps\)",
+                  out)
+    assert m, out[-3000:]
+    assert int(m.group(1)) == int(m.group(3)) == int(m.group(2)) + 9 <= 20
+    rec = json.loads((tmp_path / "runs" / "stuck" / "result.json").read_text())
+    assert rec["status"] == "diverged" and rec["step"] == int(m.group(1))
+    assert rec["reason"].startswith("stuck above chance") and rec["loss"] > 3 * math.log(4)
 
 
 @pytest.mark.slow

@@ -269,21 +269,26 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     # config.json: the tree + what the trainer resolves (tsm_ds.config.record; eval re-resolves the split)
     record = run_record(cfg, deepspeed_config=cfg_path, data_description=desc, split=split.as_dict(), flip=flip)
     g, dist_cfg, dbg = cfg.guard, cfg.distributed, cfg.debug
-    settings = TrainSettings(run_dir=run_dir, epochs=sch.epochs, max_steps=sch.max_steps,
-                             seed=sch.seed, num_workers=d.num_workers, resume=out.resume,
-                             save_every_steps=out.save_every_steps, keep_last=out.keep_last,
-                             class_names=class_names, flags=sch.engine_flags(), record=record,
-                             progress=cfg.logging.progress,
-                             guard=GuardSettings(factor=g.divergence_factor, max_skipped=g.max_skipped_steps),
-                             on_divergence=g.on_divergence, rollback_lr_factor=g.rollback_lr_factor,
-                             max_rollbacks=g.max_rollbacks, inject_nan_step=dbg.inject_nan_at_step,
-                             inject_nan_rank=dbg.inject_nan_rank, dist_timeout=dist_cfg.dist_timeout,
-                             hosts=tuple(dist_cfg.hosts), test_hang=dbg.test_hang,
-                             stop_signals=() if dist_cfg.stop_signal.lower() == "none"
-                             else (dist_cfg.stop_signal.upper(),),
-                             step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
-                             channels_last=m.channels_last, compile=m.compile,
-                             trust_checkpoint=cfg.checkpoint.trust_checkpoint)
+    try:   # a threshold out of range: the message names the flag
+        settings = TrainSettings(run_dir=run_dir, epochs=sch.epochs, max_steps=sch.max_steps,
+                                 seed=sch.seed, num_workers=d.num_workers, resume=out.resume,
+                                 save_every_steps=out.save_every_steps, keep_last=out.keep_last,
+                                 class_names=class_names, flags=sch.engine_flags(), record=record,
+                                 progress=cfg.logging.progress,
+                                 guard=GuardSettings(factor=g.divergence_factor, max_skipped=g.max_skipped_steps,
+                                                     stuck_factor=g.stuck_factor, stuck_steps=g.stuck_steps),
+                                 on_divergence=g.on_divergence, rollback_lr_factor=g.rollback_lr_factor,
+                                 max_rollbacks=g.max_rollbacks, inject_nan_step=dbg.inject_nan_at_step,
+                                 inject_nan_rank=dbg.inject_nan_rank, dist_timeout=dist_cfg.dist_timeout,
+                                 hosts=tuple(dist_cfg.hosts), test_hang=dbg.test_hang,
+                                 stop_signals=() if dist_cfg.stop_signal.lower() == "none"
+                                 else (dist_cfg.stop_signal.upper(),),
+                                 step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
+                                 channels_last=m.channels_last, compile=m.compile,
+                                 trust_checkpoint=cfg.checkpoint.trust_checkpoint)
+    except ValueError as e:
+        log.error("%s", e)
+        return EXIT_CONFIG
     from tsm_ds.engine.components import default_hooks
     from tsm_ds.engine.hooks import SignalSelf
     extra = ()   # test hook (see the field): that rank signals itself after that step

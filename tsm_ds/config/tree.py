@@ -143,6 +143,10 @@ class GuardConfig:
                                    "ln(classes)) diverged (0: off)")
     max_skipped_steps: int = opt(20, "this many skipped updates in a row (fp16 overflow, non-finite bf16 "
                                  "gradients) stop the run (0: off)")
+    stuck_factor: float = opt(3.0, "a run whose loss stays above this multiple of ln(classes) (chance) for "
+                              "--stuck-steps optimizer steps in a row after the lr warm-up is stuck: it stops as "
+                              "diverged (0: off)")
+    stuck_steps: int = opt(20, "optimizer steps in a row above --stuck-factor x ln(classes) that stop a stuck run")
 
 
 @dataclass

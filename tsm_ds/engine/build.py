@@ -25,7 +25,7 @@ from tsm_ds.engine.checkpoint import CheckpointManager
 from tsm_ds.engine.config_checks import validate_config
 from tsm_ds.engine.dist import device as current_device
 from tsm_ds.engine.dist import hosts, init_distributed
-from tsm_ds.engine.guard import DivergenceGuard, EngineGuard
+from tsm_ds.engine.guard import DivergenceGuard, EngineGuard, lr_warmup_steps
 from tsm_ds.engine.model_prep import compile_engine, has_batchnorm, prepare_model
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
 from tsm_ds.engine.recipes import AUTO, optimizer_kind
@@ -170,7 +170,8 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     def last_good() -> str | None:
         tag = ckpt.latest_tag()
         return str(ckpt.dir / tag) if tag else None
-    guard = EngineGuard(eng, DivergenceGuard(s.guard, num_classes), manual_comm=manual_comm, reduce=reduce,
+    rules = DivergenceGuard(s.guard, num_classes, warmup_steps=lr_warmup_steps(ds_cfg, tsm))
+    guard = EngineGuard(eng, rules, manual_comm=manual_comm, reduce=reduce,
                         last_good=last_good)
 
     run_hosts = hosts()   # a collective: every rank

@@ -13,15 +13,25 @@ A step has diverged when (checked in this order):
    batch;
 4. the engine skipped its update (fp16 loss-scale overflow, or DeepSpeed's bf16 optimizer finding
    non-finite gradients) ``max_skipped`` steps in a row: a healthy dynamic loss scale recovers in a
-   handful of steps.
+   handful of steps;
+5. the run is stuck above chance: after the lr warm-up, its loss stayed above
+   ``stuck_factor x ln(K)`` for ``stuck_steps`` optimizer steps in a row. Rule 3 misses a loss that
+   climbs step by step (the median climbs with it): SGD with the linear lr rule at batch 128 rose
+   from 1.4 to 32-35 (ln 4 = 1.39) and stayed there, lr 0.03 at batch 8 drifted to ~10x chance;
+   both were at chance for good. A healthy run starts near ``ln(K)`` (a uniform guess) and goes
+   down; one step at or below the floor starts the count again. Steps of the warm-up are not
+   counted (the loss of a large-lr warm-up may rise for a while and recover).
 
-Rules 1-3 are decided before the update (the trainer then does not call ``engine.step()``); rule
-4 after it (a skipped step changed nothing). The trainer feeds values that are already reduced over
-ranks, so every rank decides the same.
+Rules 1-3 and 5 are decided before the update (the trainer then does not call ``engine.step()``);
+rule 4 after it (a skipped step changed nothing). The trainer feeds values that are already reduced
+over ranks, so every rank decides the same.
 
-The thresholds are flags of ``tsm_ds/train.py`` (``--divergence-factor``, ``--max-skipped-steps``);
-the defaults were chosen not to fire on the quickstart, the demo (checked on its first steps by the
-tests) or healthy large-batch runs, whose losses stay within a few times ``ln(K)``.
+The thresholds are flags of ``tsm_ds/train.py`` (``--divergence-factor``, ``--max-skipped-steps``,
+``--stuck-factor``, ``--stuck-steps``); the defaults were chosen not to fire on the quickstart, the
+demo (checked on its first steps by the tests) or healthy large-batch runs, whose losses stay within
+a few times ``ln(K)``. Rule 5 rather than "a running median frozen above chance": the median of a
+stuck run is not frozen but climbing (run (a) above), and the consecutive count needs no notion of
+"the first good steps", which a run that climbs from its first step does not have.
 """
 from __future__ import annotations
 
@@ -100,16 +110,27 @@ class GuardSettings:
         factor: rule 3's multiple of max(median, ln K); 0 turns rule 3 off.
         window: optimizer steps in the running median (>= 1).
         max_skipped: rule 4's run of consecutive skipped steps; 0 turns rule 4 off.
+        stuck_factor: rule 5's floor as a multiple of ln K (the chance loss); 0 turns rule 5 off.
+        stuck_steps: rule 5's run of consecutive optimizer steps above the floor (>= 1).
+
+    Raises:
+        ValueError: a threshold out of its range (the message names the flag).
     """
 
     factor: float = 10.0
     window: int = 50
     max_skipped: int = 20
+    stuck_factor: float = 3.0
+    stuck_steps: int = 20
 
     def __post_init__(self):
         if self.factor < 0 or self.window < 1 or self.max_skipped < 0:
             raise ValueError(f"divergence guard: factor >= 0, window >= 1 and max_skipped >= 0 needed, got "
                              f"factor={self.factor}, window={self.window}, max_skipped={self.max_skipped}")
+        if not self.stuck_factor >= 0:
+            raise ValueError(f"--stuck-factor {self.stuck_factor}: give a multiple of ln(classes) >= 0 (0: off)")
+        if self.stuck_steps < 1:
+            raise ValueError(f"--stuck-steps {self.stuck_steps}: give a number of optimizer steps >= 1")
 
 
 class DivergenceGuard:
@@ -118,14 +139,18 @@ class DivergenceGuard:
     Args:
         settings: :class:`GuardSettings`.
         num_classes: K, for the chance loss ln(K) (>= 2).
+        warmup_steps: the run's lr warm-up in optimizer steps (:func:`lr_warmup_steps`): rule 5
+            counts only the steps after it (0: every step).
     """
 
-    def __init__(self, settings: GuardSettings, num_classes: int):
+    def __init__(self, settings: GuardSettings, num_classes: int, *, warmup_steps: int = 0):
         self.s = settings
         self.chance = math.log(max(2, int(num_classes)))
+        self.warmup_steps = max(0, int(warmup_steps))
         self.history: deque[float] = deque(maxlen=settings.window)
         self.skipped_run = 0
         self._last_skipped: int | None = None
+        self.stuck_run = 0   # rule 5: consecutive counted steps above the floor
 
     def threshold(self) -> float:
         """Rule 3's loss limit now (inf when rule 3 is off)."""
@@ -134,8 +159,17 @@ class DivergenceGuard:
         base = median(self.history) if self.history else 0.0
         return self.s.factor * max(base, self.chance)
 
-    def before_update(self, loss: float, grad_norm: float | None = None) -> str | None:
-        """Rules 1-3 for a step's reduced loss and gradient norm (None: not seen).
+    def stuck_floor(self) -> float:
+        """Rule 5's loss floor, ``stuck_factor x ln K`` (inf when rule 5 is off)."""
+        return self.s.stuck_factor * self.chance if self.s.stuck_factor else math.inf
+
+    def before_update(self, loss: float, grad_norm: float | None = None, *, step: int | None = None) -> str | None:
+        """Rules 1-3 and 5 for a step's reduced loss and gradient norm (None: not seen).
+
+        Args:
+            loss: the step's mean loss over all ranks (nats per clip).
+            grad_norm: its global gradient norm, or None when not seen.
+            step: the 1-based optimizer step (rule 5 skips the warm-up's steps; None: counted).
 
         Returns the reason when the step diverged (the history is then left unchanged), else None
         after adding ``loss`` to the running history.
@@ -148,8 +182,24 @@ class DivergenceGuard:
         if loss > limit:
             return (f"loss {loss:.4g} > {self.s.factor:g} x max(running median {median(self.history) if self.history else float('nan'):.4g}, "
                     f"chance ln K {self.chance:.4g}) = {limit:.4g} (--divergence-factor)")
+        reason = self._stuck(float(loss), step)
+        if reason:
+            return reason
         self.history.append(float(loss))
         return None
+
+    def _stuck(self, loss: float, step: int | None) -> str | None:
+        """Rule 5: count the step when it is past the warm-up; the reason once the run is long enough."""
+        floor = self.stuck_floor()
+        if step is not None and step <= self.warmup_steps:
+            return None
+        self.stuck_run = self.stuck_run + 1 if loss > floor else 0
+        if self.stuck_run < self.s.stuck_steps:
+            return None
+        where = "" if step is None else f"steps {step - self.stuck_run + 1}-{step}, "
+        return (f"stuck above chance: loss above {self.s.stuck_factor:g} x chance ln K {self.chance:.4g} = "
+                f"{floor:.4g} for {self.stuck_run} optimizer steps in a row ({where}after the {self.warmup_steps} "
+                f"warm-up steps), now {loss:.4g} (--stuck-factor, --stuck-steps)")
 
     def after_update(self, skipped_steps: int) -> str | None:
         """Rule 4, given the engine's cumulative count of skipped updates; the reason or None."""
@@ -165,13 +215,15 @@ class DivergenceGuard:
 
     def state_dict(self) -> dict:
         """The running history (saved in checkpoints so that a resumed run decides the same)."""
-        return {"history": list(self.history), "skipped_run": self.skipped_run, "last_skipped": self._last_skipped}
+        return {"history": list(self.history), "skipped_run": self.skipped_run, "last_skipped": self._last_skipped,
+                "stuck_run": self.stuck_run}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.history = deque((float(x) for x in state.get("history", [])), maxlen=self.s.window)
         self.skipped_run = int(state.get("skipped_run", 0))
         self._last_skipped = state.get("last_skipped")
+        self.stuck_run = int(state.get("stuck_run", 0))   # (older checkpoints: a fresh count)
 
 
 class EngineGuard:
@@ -207,7 +259,7 @@ class EngineGuard:
 
     def before_update(self, loss_sum: float, n: float, params: Sequence[torch.nn.Parameter], *, step: int,
                       lrs: dict[str, float]) -> None:
-        """Rules 1-3 for the step about to be applied; the same decision on every rank.
+        """Rules 1-3 and 5 for the step about to be applied; the same decision on every rank.
 
         Args:
             loss_sum, n: this rank's sum of per-clip losses and clip count over the step's
@@ -226,7 +278,7 @@ class EngineGuard:
         if gn is not None and bad_gn:
             gn = float("nan")
         self.loss, self.grad_norm = loss, gn
-        reason = self.rules.before_update(loss, gn)
+        reason = self.rules.before_update(loss, gn, step=step)
         if reason:
             raise DivergenceError(reason, step=step, loss=loss, grad_norm=gn, lrs=lrs, last_good=self.last_good())
 
@@ -281,6 +333,23 @@ class EngineGuard:
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.rules.load_state_dict(state)
+
+
+def lr_warmup_steps(ds_config: dict, tsm: dict) -> int:
+    """The lr warm-up of a resolved recipe, in optimizer steps (rule 5 counts the steps after it).
+
+    Args:
+        ds_config: the resolved DeepSpeed config (``scheduler.params.warmup_num_steps``);
+        tsm: its resolved ``tsm_ds`` block (``lr_schedule.warmup_steps``, which wins).
+
+    Returns:
+        The warm-up steps (int >= 0); 0 without a warm-up (constant lr, step decay, OneCycle).
+    """
+    ls = tsm.get("lr_schedule") or {}
+    if "warmup_steps" in ls:
+        return max(0, int(ls["warmup_steps"]))
+    params = (ds_config.get("scheduler") or {}).get("params") or {}
+    return max(0, int(params.get("warmup_num_steps", 0) or 0))
 
 
 def decide_rollback(err: DivergenceError, *, policy: str, rollbacks: int, max_rollbacks: int, has_checkpoint: bool,
