@@ -30,7 +30,7 @@ PLAN = Command(prog="tsm-ds config", description="The engine JSON a training run
                        "model.dropout", "model.partial_bn"),
                defaults={"model.num_classes": 400},
                required=("engine.deepspeed_config", "plan.world_size", "plan.train_samples"),
-               exclude=("schedule.seed",))
+               exclude=("schedule.seed", "schedule.eval_every", "schedule.eval_max_clips"))
 
 #: ``tsm-ds eval``
 EVAL = Command(prog="tsm-ds eval", description="Multi-view evaluation of a checkpoint, on one process or many.",

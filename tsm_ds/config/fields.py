@@ -174,6 +174,19 @@ class Command:
         return [p for p in infos if p in chosen]
 
 
+def _shown(conv: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A field's ``parse`` converter whose ValueError message argparse shows as it is (argparse prints
+    only "invalid <name> value" for a ValueError; a message that names the flag and the forms it
+    takes is the user's fix)."""
+    def convert(text: str) -> Any:
+        try:
+            return conv(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e) or f"invalid value {text!r}") from None
+    convert.__name__ = getattr(conv, "__name__", "value")
+    return convert
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     pass
 
@@ -238,7 +251,7 @@ def build_parser(cmd: Command, root: type) -> argparse.ArgumentParser:
             continue
         origin = typing.get_origin(tp)
         if m.get("parse") is not None:
-            kw["type"] = m["parse"]
+            kw["type"] = _shown(m["parse"])
         elif origin in (list, tuple):
             elem = typing.get_args(tp)[0]
             kw["type"] = _scalar(elem)

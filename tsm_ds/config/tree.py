@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tsm_ds.config.cadence import check_eval_every
 from tsm_ds.config.fields import opt
 from tsm_ds.config.tools import (BenchAllConfig, BenchCommConfig, BenchDataConfig, BenchLargeBatchConfig,
                                  BenchModelsConfig, BenchScaleConfig, CheckVideosConfig, ClusterCheckConfig,
@@ -122,6 +123,11 @@ class ScheduleConfig:
     clip_grad: float | None = opt(None, "gradient_clipping (recipe default 20)")
     warmup_steps: int | None = opt(None, "linear warmup in optimizer steps (recipe default 0)")
     lr_steps: list[float] | None = opt(None, "step-decay epochs (recipe default 20 40)")
+    eval_every: str = opt("epoch", "validation cadence: 'epoch' (after every epoch), N (after every N-th optimizer "
+                          "step) or a fraction of an epoch between 0 and 1 (0.25: four times per epoch); the end "
+                          "of the run is always evaluated on the whole validation set", parse=check_eval_every)
+    eval_max_clips: int | None = opt(None, "intermediate evaluations score a fixed seeded subset of this many "
+                                     "validation clips (the same every time; the final one: the whole set)")
 
     def engine_flags(self) -> dict:
         """``{FLAG_KEYS name: value or None}``: the ``flags`` of :func:`tsm_ds.engine.config.resolve_config`."""

@@ -25,6 +25,7 @@ from tsm_ds.engine.checkpoint import CheckpointManager
 from tsm_ds.engine.config_checks import validate_config
 from tsm_ds.engine.dist import device as current_device
 from tsm_ds.engine.dist import hosts, init_distributed
+from tsm_ds.engine.cadence import ValSubset, val_subset
 from tsm_ds.engine.guard import DivergenceGuard, EngineGuard, lr_warmup_steps
 from tsm_ds.engine.model_prep import compile_engine, has_batchnorm, prepare_model
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
@@ -49,6 +50,8 @@ class EngineParts:
         compressor: the 1-bit compressor or None; manual_comm: the loop all-reduces the gradient
             itself (ZeRO 0 without DeepSpeed's bf16 optimizer, or the compressor).
         sampler, loader_gen, loader, val_loader: :func:`tsm_ds.engine.settings.build_loaders`.
+        val_subset: the capped validation subset of intermediate evaluations
+            (:func:`tsm_ds.engine.cadence.val_subset`), None without ``--eval-max-clips``.
         ckpt: the checkpoint manager; guard: the divergence guard; bad: the bad-file tracker.
         reduce: ``f([floats]) -> [sums over ranks]``.
         to_device: ``f(clip) -> input``: a batch's uint8 (N, T, 3, H, W) clips moved to ``device``,
@@ -74,6 +77,7 @@ class EngineParts:
     bad: BadVideoTracker
     reduce: Callable[[list], list]
     to_device: Callable[[torch.Tensor], torch.Tensor]
+    val_subset: ValSubset | None = None
 
 
 def make_reduce(world: int, dev: torch.device) -> Callable[[list[float]], list[float]]:
@@ -161,6 +165,8 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     sampler, loader_gen, loader, val_loader = build_loaders(
         train_set, val_set, micro=micro, world=world, rank=rank, seed=s.seed, num_workers=s.num_workers,
         eval_batch_size=s.eval_batch_size)
+    subset = val_subset(val_set, s.eval_max_clips, seed=s.seed, world=world, rank=rank,
+                        batch_size=s.eval_batch_size or micro, num_workers=s.num_workers)
     ckpt = CheckpointManager(Path(s.run_dir) / "checkpoints", keep_last=s.keep_last, rank=rank, world_size=world,
                              trust=s.trust_checkpoint)
     bad = BadVideoTracker(train_set, rank=rank, world_size=world)   # distinct files, once
@@ -192,4 +198,4 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     return EngineParts(engine=eng, layout=layout, device=dev, input_dtype=input_dtype, ds_config=ds_cfg, tsm=tsm,
                        group_names=names, compressor=compressor, manual_comm=manual_comm, sampler=sampler,
                        loader_gen=loader_gen, loader=loader, val_loader=val_loader, ckpt=ckpt, guard=guard, bad=bad,
-                       reduce=reduce, to_device=to_device)
+                       reduce=reduce, to_device=to_device, val_subset=subset)

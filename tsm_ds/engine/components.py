@@ -1,10 +1,11 @@
 """The components a training run gets by default (:func:`default_hooks`): the stop signal, the hang
-watchdog, the TensorBoard monitor, and the test hooks and step callback its settings ask for; each
+watchdog, the TensorBoard monitor, the validation cadence, and the test hooks and step callback its settings ask for; each
 one is a :class:`tsm_ds.engine.hooks.TrainHook` handed to the trainer when it is built."""
 from __future__ import annotations
 
 import os
 
+from tsm_ds.engine.cadence import EvalCadence
 from tsm_ds.engine.hooks import Hooks, NanInjection, SignalSelf, StepCallback, TrainHook
 from tsm_ds.engine.monitor import Monitor
 from tsm_ds.engine.preempt import StopSignal
@@ -21,6 +22,7 @@ def default_hooks(s: TrainSettings, *, extra: tuple[TrainHook, ...] = ()) -> Hoo
     - :class:`~tsm_ds.engine.watchdog.Watchdog` with ``s.step_timeout`` / ``s.startup_timeout`` (rank and
       world size from the launcher's ``RANK`` / ``WORLD_SIZE`` until set-up knows them);
     - :class:`~tsm_ds.engine.monitor.Monitor` (TensorBoard scalars on rank 0);
+    - :class:`~tsm_ds.engine.cadence.EvalCadence` of ``s.eval_every`` (when to validate);
     - :class:`~tsm_ds.engine.hooks.NanInjection` when ``s.inject_nan_step`` is set (test hook);
     - :class:`~tsm_ds.engine.hooks.StepCallback` of ``s.step_callback`` when set;
     - ``extra`` (e.g. :class:`~tsm_ds.engine.hooks.SignalSelf`, the stop-signal test hook).
@@ -30,6 +32,7 @@ def default_hooks(s: TrainSettings, *, extra: tuple[TrainHook, ...] = ()) -> Hoo
         Watchdog(s.run_dir, rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "0")) or None,
                  step_timeout=s.step_timeout, startup_timeout=s.startup_timeout, test_hang=s.test_hang),
         Monitor(),
+        EvalCadence(s.eval_every),
     ]
     if s.inject_nan_step is not None:
         hooks.append(NanInjection(s.inject_nan_step, s.inject_nan_rank))

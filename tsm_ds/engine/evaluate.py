@@ -168,7 +168,7 @@ def sync_batchnorm_stats(module: torch.nn.Module) -> int:
     return len(bufs) // 2
 
 
-def validate(engine, loader, dataset=None, *, progress=lambda items: items) -> dict:
+def validate(engine, loader, dataset=None, *, progress=lambda items: items, select=None) -> dict:
     """BatchNorm statistics averaged over ranks, then top-1 / top-5 (%) and the mean loss of
     ``engine`` on ``loader``, each sample counted once over all ranks; {} without a loader.
 
@@ -177,9 +177,12 @@ def validate(engine, loader, dataset=None, *, progress=lambda items: items) -> d
         dataset: set to epoch 0 first when it has ``set_epoch`` (deterministic views); its
             ``normalization`` (mean, std) normalises the uint8 clips (default: the loader's dataset's).
         progress: wraps the loader (the trainer's hooks beat per batch).
+        select: dataset indices (ints) of the clips ``best_model.pt`` is chosen on
+            (:mod:`tsm_ds.engine.cadence`), or None: all the scored clips.
 
     Returns:
-        ``{"top1", "top5", "count", "loss"}`` (:func:`topk_accuracy`), or {}.
+        ``{"top1", "top5", "count", "loss", "select_top1"}`` (:func:`topk_accuracy`; ``select_top1``:
+        the top-1 (%) on the scored clips among ``select``, or ``top1``), or {}.
     """
     import torch.nn.functional as F
 
@@ -189,8 +192,12 @@ def validate(engine, loader, dataset=None, *, progress=lambda items: items) -> d
     if hasattr(dataset, "set_epoch"):
         dataset.set_epoch(0)
     norm = getattr(dataset, "normalization", None) or getattr(getattr(loader, "dataset", None), "normalization", None)
-    _, scores, labels = gather_predictions(engine, progress(loader), normalization=norm)
+    idx, scores, labels = gather_predictions(engine, progress(loader), normalization=norm)
     res = topk_accuracy(scores, labels, ks=(1, 5))
     if len(labels):
         res["loss"] = float(F.cross_entropy(scores, labels))
+    res["select_top1"] = res["top1"]
+    if select is not None and len(labels):
+        keep = torch.isin(idx, torch.as_tensor(list(select), dtype=torch.int64))
+        res["select_top1"] = topk_accuracy(scores[keep], labels[keep], ks=(1,))["top1"]
     return res

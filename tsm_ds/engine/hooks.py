@@ -13,6 +13,10 @@ hook of its :class:`Hooks` at these points, always with plain values (never the 
 - ``on_progress(what)``: an evaluation batch (``"eval"``) or a checkpoint write (``"checkpoint"``);
 - ``on_epoch_end(epoch, step)``: after an epoch's validation;
 - ``on_rollback(step)``: a diverged run reloaded the checkpoint of optimizer step ``step``;
+- ``validation_due(step, epoch_step, steps_per_epoch) -> bool | None``: asked after each optimizer
+  step inside an epoch and at each epoch's end (``epoch_step == steps_per_epoch``): validate now?
+  None = no opinion; the first hook with one decides, else every epoch's end (the cadence:
+  :class:`tsm_ds.engine.cadence.EvalCadence`). The run's end is validated whatever they say;
 - ``stop_requested() -> str | None``: asked once per optimizer step: a reason (e.g. ``"SIGUSR1"``)
   makes the run save at that step and stop (summed over ranks with the step's statistics, so that
   every rank stops at the same step);
@@ -56,6 +60,11 @@ class TrainHook:
 
     def on_rollback(self, step: int) -> None:
         """The run rolled back to the checkpoint of optimizer step ``step``."""
+
+    def validation_due(self, step: int, epoch_step: int, steps_per_epoch: int) -> bool | None:
+        """Validate after global optimizer step ``step`` (1-based), ``epoch_step`` of the epoch's
+        ``steps_per_epoch`` done? None: no opinion."""
+        return None
 
     def stop_requested(self) -> str | None:
         """A reason once this rank wants the run saved and stopped, else None."""
@@ -103,6 +112,14 @@ class Hooks(TrainHook):
     def on_rollback(self, step: int) -> None:
         for h in self.hooks:
             h.on_rollback(step)
+
+    def validation_due(self, step: int, epoch_step: int, steps_per_epoch: int) -> bool:
+        """The first hook's opinion; without one, every epoch's end (and only it)."""
+        for h in self.hooks:
+            due = h.validation_due(step, epoch_step, steps_per_epoch)
+            if due is not None:
+                return bool(due)
+        return epoch_step >= steps_per_epoch
 
     def stop_requested(self) -> str | None:
         reasons = [h.stop_requested() for h in self.hooks]   # every hook asked (none is skipped)

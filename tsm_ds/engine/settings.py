@@ -70,6 +70,11 @@ class TrainSettings:
         record: what ``config.json`` holds besides the engine JSON: the configuration tree and the
             run's data (:func:`tsm_ds.config.record.run_record`).
         eval_batch_size: clips per rank per validation batch (None = the micro-batch).
+        eval_every: the validation cadence, ``--eval-every``'s text: ``"epoch"``, ``"N"`` optimizer
+            steps or ``"0.F"`` of an epoch (:mod:`tsm_ds.config.cadence`); the run's end is always
+            validated on the whole set.
+        eval_max_clips: intermediate validations score a fixed seeded subset of this many clips
+            (:mod:`tsm_ds.engine.cadence`; ``best_model.pt`` is chosen on it); None: the whole set.
         progress: tqdm bar on rank 0.
         step_callback: ``f(step, info)`` after each optimizer step (``info``: ``{"metrics", "lrs",
             "rank", "world", "epoch"}``; :class:`tsm_ds.engine.hooks.StepCallback`).
@@ -109,6 +114,8 @@ class TrainSettings:
     flags: dict = field(default_factory=dict)
     record: dict = field(default_factory=dict)
     eval_batch_size: int | None = None
+    eval_every: str = "epoch"
+    eval_max_clips: int | None = None
     progress: bool = True
     step_callback: Callable | None = None
     guard: GuardSettings = field(default_factory=GuardSettings)
@@ -134,6 +141,10 @@ class TrainSettings:
         if not 0.0 < self.rollback_lr_factor < 1.0 or self.max_rollbacks < 0:
             raise ValueError(f"rollback needs 0 < rollback_lr_factor < 1 and max_rollbacks >= 0, got "
                              f"{self.rollback_lr_factor} and {self.max_rollbacks}")
+        from tsm_ds.config.cadence import parse_eval_every
+        parse_eval_every(self.eval_every)   # ValueError naming --eval-every
+        if self.eval_max_clips is not None and self.eval_max_clips < 1:
+            raise ValueError(f"--eval-max-clips {self.eval_max_clips}: give a number of validation clips >= 1")
 
 
 @dataclass

@@ -3,8 +3,8 @@
 One optimizer step = ``gradient_accumulation_steps`` micro-batches per rank: data wait -> forward
 -> cross-entropy -> backward -> at the accumulation boundary the gradient all-reduce (timed on its
 own where DeepSpeed lets us call it, or the 1-bit compressor) -> the guard's checks -> update.
-After every epoch (and at the end of a run stopped by ``max_steps``): BatchNorm statistics averaged
-over ranks, validation (each clip once), a checkpoint, the best model exported.
+Validation (BN statistics averaged over ranks, each clip once, best model exported) when the hooks'
+cadence says (default: every epoch's end), always at the run's end (whole set); a checkpoint per epoch.
 
 Data order is a pure function of (seed, epoch): a run resumed mid-epoch continues with the same
 batches and dropout draws. Parts: :mod:`.build`, :mod:`.state`, :mod:`.hooks`, :mod:`.position`, :mod:`.guard`.
@@ -91,10 +91,11 @@ class Trainer:
         self.hooks.on_progress("checkpoint")
         return tag
 
-    def evaluate(self) -> dict:
-        """Top-1/top-5 on the validation set, each clip once (:func:`tsm_ds.engine.evaluate.validate`)."""
-        return validate(self.parts.engine, self.parts.val_loader, self.val_set,
-                        progress=lambda items: self.hooks.beating(items, "eval"))
+    def evaluate(self, full: bool = True) -> dict:
+        """Top-1/top-5, each clip once (:func:`.evaluate.validate`); not ``full``: the capped subset if any."""
+        p, sub = self.parts, self.parts.val_subset
+        return validate(p.engine, p.val_loader if full or sub is None else sub.loader, self.val_set,
+                        progress=lambda items: self.hooks.beating(items, "eval"), select=sub and sub.indices)
 
     def fit(self) -> dict:
         """Train; returns ``{"step", "epoch", "val", "best_top1", "history", "rollbacks", "lr_scale",
@@ -209,6 +210,8 @@ class Trainer:
                                      clips_s=f"{st.last_metrics['perf/clips_per_s']:.1f}")
                 self.hooks.on_step(st.step, {"metrics": st.last_metrics, "lrs": list(eng.get_lr()), "rank": lay.rank,
                                              "world": lay.world, "epoch": epoch})
+                if micro_i < lay.micro_per_epoch and st.step < lay.total_steps:   # (ends: in _epoch_end)
+                    self._validate(epoch, micro_i, last=False)
                 if s.save_every_steps and st.step % s.save_every_steps == 0 and micro_i < lay.micro_per_epoch \
                         and st.step < lay.total_steps:   # (an epoch's or the run's end saves after validation)
                     self.save(epoch, micro_i)
@@ -230,9 +233,19 @@ class Trainer:
                 "rollbacks": st.rollbacks, "lr_scale": st.lr_scale, "last_metrics": st.last_metrics}
 
     def _epoch_end(self, epoch: int, micro_i: int) -> dict:
-        """Validate, log, export the best model, save the checkpoint of the epoch's end (or position)."""
+        """Validate when due (at the run's end always, on the whole set), save the epoch's end (or position)."""
         st, lay = self.state, self.parts.layout
-        val = self.evaluate()
+        val = self._validate(epoch, micro_i, last=st.step >= lay.total_steps)
+        self.hooks.on_epoch_end(epoch, st.step)
+        self.save(*((epoch + 1, 0) if micro_i >= lay.micro_per_epoch else (epoch, micro_i)))
+        return val
+
+    def _validate(self, epoch: int, micro_i: int, *, last: bool) -> dict:
+        """If due (hooks' cadence; ``last``: always, whole set): validate, log, export the best ({}: not due)."""
+        st, lay = self.state, self.parts.layout
+        if not (last or self.hooks.validation_due(st.step, micro_i // lay.accum, lay.steps_per_epoch)):
+            return {}
+        val = self.evaluate(full=last)
         if val:
             st.history.append({"epoch": epoch, "step": st.step, "val_top1": val["top1"], "val_top5": val["top5"],
                                "val_clips": val["count"]})
@@ -241,13 +254,10 @@ class Trainer:
             if lay.rank == 0:
                 self.bar.write(f"epoch {epoch}: step {st.step}, val top-1 {val['top1']:.1f}% top-5 "
                                f"{val['top5']:.1f}% on {val['count']} clips")
-            if val["top1"] > st.best_top1:
+            if val["select_top1"] > st.best_top1:
                 self.parts.guard.check_weights("exporting best_model.pt", step=st.step, lrs=self._lrs())
-                st.best_top1, st.best_tag = val["top1"], tag_for_step(st.step)
+                st.best_top1, st.best_tag = val["select_top1"], tag_for_step(st.step)
                 self._export("best_model.pt", {"epoch": epoch, "step": st.step, "val_top1": val["top1"]}, check=False)
-        self.hooks.on_epoch_end(epoch, st.step)
-        done = micro_i >= lay.micro_per_epoch
-        self.save(epoch + 1 if done else epoch, 0 if done else micro_i)
         return val
 
     def _export(self, name: str, extra: dict, *, check: bool = True) -> None:
