@@ -29,6 +29,7 @@ processes with a tqdm progress bar.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -38,10 +39,21 @@ from pathlib import Path
 
 from tsm_ds.utils.io import atomic_path, atomic_write_text
 
-__all__ = ["MODES", "extract_frames", "pack_video", "prepare_dataset", "prepare_video"]
+__all__ = ["MODES", "X264_THREADS", "extract_frames", "pack_video", "prepare_dataset", "prepare_rows", "prepare_video",
+           "write_lists"]
 
 #: prepare modes, the default first
 MODES = ("packed", "video", "frames")
+
+#: libx264 threads of ``--mode video`` (x264-params ``threads``): pinned, so the bytes do not depend
+#: on the machine's core count (x264 is deterministic for a fixed thread count)
+X264_THREADS = 1
+
+#: torch threads of the frame resize in every mode (:func:`_resize_threads`): pinned, for the same bytes
+RESIZE_THREADS = 1
+
+#: a row's private count of stale temporaries removed (popped by :func:`prepare_rows`)
+TEMP_KEY = "_temporaries_removed"
 
 
 def _even(x: float) -> int:
@@ -76,6 +88,23 @@ def _frames(path: str):
         c.close()
 
 
+@contextlib.contextmanager
+def _resize_threads():
+    """torch at :data:`RESIZE_THREADS` intra-op thread(s) inside the block, restored after: the
+    antialiased resize's bytes depend on how many threads split the image (measured: 2 threads
+    gave different frames run to run inside the encoding loop, 1 thread the same every time)."""
+    import torch
+
+    n = torch.get_num_threads()
+    if n != RESIZE_THREADS:
+        torch.set_num_threads(RESIZE_THREADS)
+    try:
+        yield
+    finally:
+        if n != RESIZE_THREADS:
+            torch.set_num_threads(n)
+
+
 def _resize(img, size: tuple[int, int]):
     import torch
     from torchvision.transforms.v2 import functional as TF
@@ -91,6 +120,10 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
                   crf: int = 23, preset: str = "veryfast") -> int:
     """Re-encode ``src`` to an H.264 MP4 ``dst`` (written atomically: a temporary file, then renamed).
 
+    libx264 runs :data:`X264_THREADS` thread(s) (``x264-params threads=1``) and the resize
+    :data:`RESIZE_THREADS`, so a video's bytes are the same run to run and on every machine with
+    the same FFmpeg/x264 and torch builds and CPU instruction set.
+
     Returns the number of frames written. Raises VideoError subclasses for unreadable input.
     """
     import av
@@ -100,7 +133,7 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
     n = 0
     last_t = None
     tb = Fraction(1, 90000)
-    with atomic_path(dst, suffix=".mp4") as tmp:
+    with _resize_threads(), atomic_path(dst, suffix=".mp4") as tmp:
         with av.open(str(tmp), "w") as out:
             stream = None
             for img, t in _frames(src):
@@ -111,8 +144,12 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
                     stream.time_base = tb
                     stream.codec_context.time_base = tb
                     opts = {"crf": str(crf), "preset": preset}
+                    # one encoder thread, always: x264's automatic count follows the machine's
+                    # cores and changes the bytes; prepare runs --workers videos in parallel anyway
+                    params = [f"threads={X264_THREADS}"]
                     if keyint:
-                        opts["x264-params"] = f"keyint={keyint}:min-keyint={keyint}:scenecut=0"
+                        params.append(f"keyint={keyint}:min-keyint={keyint}:scenecut=0")
+                    opts["x264-params"] = ":".join(params)
                     stream.options = opts
                 # keep the source timing when it increases; else 30 fps steps
                 pts = int(round(t / tb)) if t is not None else None
@@ -144,7 +181,7 @@ def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: in
     from .video import VideoDecodeError
 
     n = 0
-    with atomic_path(dst_dir, directory=True) as tmp:
+    with _resize_threads(), atomic_path(dst_dir, directory=True) as tmp:
         size = None
         for img, _ in _frames(src):
             if size is None:
@@ -180,8 +217,35 @@ def pack_video(src: str, dst: str, *, short_side: int = 256, quality: int = 90) 
     """
     from .video import write_packed
 
-    return write_packed(dst, _scaled_frames(src, short_side), quality=quality,
-                        meta={"source": os.path.basename(src), "short_side": short_side})
+    with _resize_threads():
+        return write_packed(dst, _scaled_frames(src, short_side), quality=quality,
+                            meta={"source": os.path.basename(src), "short_side": short_side})
+
+
+def _remove_stale_temporaries(dst: str) -> int:
+    """Remove the temporary files / folders a killed writer of ``dst`` left beside it
+    (:func:`tsm_ds.utils.io.atomic_path` names them ``.<name>.<8 random chars><suffix>``); returns
+    how many. Only ``dst``'s own: one process writes one output at a time."""
+    import re
+    import shutil
+
+    folder, name = os.path.split(dst)
+    pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]{8}\.\w+$")
+    removed = 0
+    try:
+        entries = os.listdir(folder or ".")
+    except FileNotFoundError:
+        return 0
+    for e in entries:
+        if pattern.match(e):
+            path = os.path.join(folder, e)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            removed += 1
+    return removed
 
 
 def _job(args) -> dict:
@@ -193,6 +257,7 @@ def _job(args) -> dict:
     row = {"src": src, "out": os.path.relpath(dst, out_root), "label": label, "status": "done",
            "num_frames": None, "reason": ""}
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    row[TEMP_KEY] = _remove_stale_temporaries(dst)
     try:
         if mode == "packed":
             try:
@@ -226,6 +291,68 @@ def _job(args) -> dict:
     return row
 
 
+def prepare_rows(records, src_root: str, out_root: str, *, mode: str = "packed", workers: int = 1,
+                 progress: bool = True, **opts) -> tuple[list[dict], int]:
+    """Prepare every record into ``out_root`` (outputs only: no lists, no report).
+
+    Args: as :func:`prepare_dataset` (without ``classes``).
+
+    Returns:
+        (rows, temporaries): one row per record in the records' order (src, out, label, status
+        ``done`` / ``skipped (exists)`` / ``failed``, num_frames, reason), and how many temporary
+        files a killed earlier run had left beside these outputs and were removed.
+
+    Raises:
+        ValueError: an unknown mode. OSError: the output folder is not writable.
+    """
+    from tqdm import tqdm
+
+    if mode not in MODES:
+        raise ValueError(f"prepare mode must be one of {MODES}, got {mode!r}")
+    src_root, out_root = os.path.abspath(src_root), os.path.abspath(out_root)
+    os.makedirs(out_root, exist_ok=True)
+    jobs = []
+    for r in records:
+        rel = os.path.relpath(r.path, src_root)
+        if rel.startswith(".."):
+            rel = os.path.basename(r.path)
+        jobs.append((r.path, rel, r.label, out_root, mode, opts))
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(workers) as ex:
+            rows = list(tqdm(ex.map(_job, jobs), total=len(jobs), desc="prepare", unit="file",
+                             disable=not progress))
+    else:
+        rows = [_job(j) for j in tqdm(jobs, desc="prepare", unit="file", disable=not progress)]
+    temporaries = sum(r.pop(TEMP_KEY, 0) for r in rows)
+    return rows, temporaries
+
+
+def write_lists(out_root: str, rows: list[dict], *, src_root: str, mode: str, options: dict,
+                classes=None) -> None:
+    """Write ``OUT/all.txt`` (the rows not failed, in order), ``OUT/classes.txt`` (when ``classes``
+    is given) and ``OUT/prepare_report.json`` (``src``, ``mode``, ``options``, every row), each
+    atomically.
+
+    Args:
+        out_root: the output folder. rows: as :func:`prepare_rows` returns them.
+        src_root: the source folder recorded in the report (made absolute).
+        mode / options: the prepare mode and its options, recorded in the report.
+        classes: class names, one per line of ``classes.txt`` (None: no file).
+
+    Raises:
+        OSError: the folder is not writable.
+    """
+    ok = [r for r in rows if r["status"] != "failed"]
+    lines = [(f"{r['out']} {r['label']}" if mode != "frames"
+              else f"{r['out']} {r['num_frames']} {r['label']}") for r in ok]
+    atomic_write_text(Path(out_root) / "all.txt", "\n".join(lines) + ("\n" if lines else ""))
+    if classes is not None:
+        atomic_write_text(Path(out_root) / "classes.txt", "\n".join(classes) + "\n")
+    atomic_write_text(Path(out_root) / "prepare_report.json",
+                      json.dumps({"src": os.path.abspath(src_root), "mode": mode, "options": options,
+                                  "files": rows}, indent=2) + "\n")
+
+
 def prepare_dataset(records, src_root: str, out_root: str, *, mode: str = "packed", classes=None,
                     workers: int = 1, progress: bool = True, **opts) -> list[dict]:
     """Prepare every record (see the module docstring) and write the lists and the report.
@@ -246,30 +373,6 @@ def prepare_dataset(records, src_root: str, out_root: str, *, mode: str = "packe
     Raises:
         OSError: the output folder is not writable. ValueError: an unknown mode.
     """
-    from tqdm import tqdm
-
-    if mode not in MODES:
-        raise ValueError(f"prepare mode must be one of {MODES}, got {mode!r}")
-    src_root, out_root = os.path.abspath(src_root), os.path.abspath(out_root)
-    os.makedirs(out_root, exist_ok=True)
-    jobs = []
-    for r in records:
-        rel = os.path.relpath(r.path, src_root)
-        if rel.startswith(".."):
-            rel = os.path.basename(r.path)
-        jobs.append((r.path, rel, r.label, out_root, mode, opts))
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(workers) as ex:
-            rows = list(tqdm(ex.map(_job, jobs), total=len(jobs), desc="prepare", unit="file",
-                             disable=not progress))
-    else:
-        rows = [_job(j) for j in tqdm(jobs, desc="prepare", unit="file", disable=not progress)]
-    ok = [r for r in rows if r["status"] != "failed"]
-    lines = [(f"{r['out']} {r['label']}" if mode != "frames"
-              else f"{r['out']} {r['num_frames']} {r['label']}") for r in ok]
-    atomic_write_text(Path(out_root) / "all.txt", "\n".join(lines) + ("\n" if lines else ""))
-    if classes is not None:
-        atomic_write_text(Path(out_root) / "classes.txt", "\n".join(classes) + "\n")
-    atomic_write_text(Path(out_root) / "prepare_report.json",
-                      json.dumps({"src": src_root, "mode": mode, "options": opts, "files": rows}, indent=2) + "\n")
+    rows, _ = prepare_rows(records, src_root, out_root, mode=mode, workers=workers, progress=progress, **opts)
+    write_lists(out_root, rows, src_root=src_root, mode=mode, options=opts, classes=classes)
     return rows
