@@ -4,15 +4,19 @@ Usage::
 
     tsm-ds prepare SRC OUT [--list LIST] [--mode packed|video|frames] [--short-side 256]
                    [--keyint 16] [--crf 23] [--preset veryfast] [--workers N]
+    tsm-ds prepare SRC OUT --part I/N [...]      # one part (or a SLURM array task: I from the task id)
+    tsm-ds prepare SRC OUT --merge               # after all parts: lists + report of the whole set
 
 SRC is a class-per-folder tree (or use ``--list`` with a video list); what is written is described
-in :mod:`tsm_ds.data.prepare`. Options: :data:`tsm_ds.config.tools.PREPARE`. Exit status 1 when a
-file failed.
+in :mod:`tsm_ds.data.prepare`, the parts and the merge in :mod:`tsm_ds.data.prepare_parts`.
+Options: :data:`tsm_ds.config.tools.PREPARE`. Exit status 1 when a file failed, 2 for parts that
+cannot be run or merged (the message says why and what to run).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
 from tsm_ds.config import Config, parse
@@ -29,29 +33,70 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tsm-ds prepare``; returns 1 when any input failed, else 0.
+    """Entry point of ``tsm-ds prepare``; returns 1 when any input failed, 2 when the part options
+    or the merge are refused (message on stderr), else 0.
 
     Raises:
         SystemExit: bad options (argparse).
     """
-    cfg, _ = parse(COMMAND, Config, argv)
+    cfg, given = parse(COMMAND, Config, argv)
     p = cfg.prepare
+    from tsm_ds.data.prepare_parts import (PARTS_DIR, PartsError, merge_parts, part_report_path, prepare_part,
+                                          resolve_part)
     from tsm_ds.data.prepare import prepare_dataset
     from tsm_ds.data.records import read_class_folders, read_video_list
 
     src_root = os.path.abspath(p.src)
+    out_root = os.path.abspath(p.out)
+    opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset}
+            if p.mode == "video" else {"short_side": p.short_side})
+    try:
+        if p.merge:
+            if p.part is not None or p.parts is not None:
+                raise PartsError("--merge runs after the parts, alone: drop --part / --parts")
+            if int(os.environ.get("SLURM_ARRAY_TASK_COUNT", "0") or 0) > 1:
+                raise PartsError("--merge in a task of a SLURM array job: every task would merge; run the merge "
+                                 "once after the array (sbatch --dependency=afterok:<array job id> "
+                                 "launch/slurm_prepare.sbatch SRC OUT --merge)")
+            part = None
+        else:
+            part = resolve_part(p.part, p.parts, os.environ)
+    except PartsError as e:
+        print(f"prepare: {e}", file=sys.stderr)
+        return 2
     classes = None
     if p.list:
         records = read_video_list(p.list, root=src_root)
     else:
         records, classes = read_class_folders(src_root)
-    opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset}
-            if p.mode == "video" else {"short_side": p.short_side})
-    rows = prepare_dataset(records, src_root, p.out, mode=p.mode, classes=classes, workers=p.workers, **opts)
-    ok = [r for r in rows if r["status"] != "failed"]
+    if p.merge:
+        expect = {f.split(".", 1)[1]: getattr(p, f.split(".", 1)[1]) for f in given
+                  if f in ("prepare.mode", "prepare.short_side", "prepare.keyint", "prepare.crf", "prepare.preset")}
+        try:
+            rows, summary = merge_parts(records, src_root, out_root, classes=classes, expect=expect)
+        except PartsError as e:
+            print(f"prepare: {e}", file=sys.stderr)
+            return 2
+        c = summary["counts"]
+        print(f"prepare --merge: {summary['parts']} parts, {c['videos']} videos ({summary['mode']}): "
+              f"{c['videos'] - c['failed']} ready in {out_root} (list: all.txt), {c['failed']} failed "
+              f"(see prepare_report.json)")
+    elif part is not None:
+        i, n, where = part
+        host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        print(f"prepare: part {i} of {n} (from {where}) on {host}, {p.workers} worker(s)", flush=True)
+        report = prepare_part(records, src_root, out_root, i, n, mode=p.mode, workers=p.workers, **opts)
+        rows, c = report["files"], report["counts"]
+        print(f"prepare: part {i} of {n}: {c['videos']} of {len(records)} videos, {c['done']} done, {c['skipped']} "
+              f"skipped (already prepared), {c['failed']} failed, {c['temporaries_removed']} temporary file(s) of a "
+              f"killed run removed, in {report['seconds']:.1f} s; report {PARTS_DIR}/"
+              f"{part_report_path(out_root, i, n).name}. After all {n} parts: tsm-ds prepare SRC OUT --merge")
+    else:
+        rows = prepare_dataset(records, src_root, out_root, mode=p.mode, classes=classes, workers=p.workers, **opts)
+        ok = [r for r in rows if r["status"] != "failed"]
+        print(f"prepare: {len(ok)} of {len(rows)} files ready in {out_root} (list: all.txt); "
+              f"{len(rows) - len(ok)} failed (see prepare_report.json)")
     failed = [r for r in rows if r["status"] == "failed"]
-    print(f"prepare: {len(ok)} of {len(rows)} files ready in {os.path.abspath(p.out)} (list: all.txt); "
-          f"{len(failed)} failed (see prepare_report.json)")
     for r in failed:
         print(f"  failed {r['src']}: {r['reason']}")
     return 1 if failed else 0

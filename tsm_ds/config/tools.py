@@ -312,6 +312,13 @@ class PrepareConfig:
     crf: int = opt(23, "x264 constant rate factor (video mode)")
     preset: str = opt("veryfast", "x264 preset (video mode)")
     workers: int = opt(_WORKERS, "parallel processes")
+    part: str | None = opt(None, "prepare part I of N only (I from 0; videos k of the sorted source with k mod N == "
+                           "I), writing OUT/parts/part-I-of-N.json and no global list; default under a SLURM array "
+                           "job: SLURM_ARRAY_TASK_ID of the array's size (--array=0-<N-1>)")
+    parts: int | None = opt(None, "N, the number of parts, when the part index is SLURM_ARRAY_TASK_ID (to rerun some "
+                            "parts: sbatch --array=3,7 ... --parts N)")
+    merge: bool = opt(False, "after all parts: check that every part report is there and covers the source, then "
+                      "write all.txt, classes.txt and prepare_report.json for the whole set")
 
 
 @dataclass
@@ -396,7 +403,8 @@ DOCTOR = Command(
            "cluster preflight (alone unless --only says otherwise).")
 
 PREPARE = Command(prog="tsm-ds prepare", sections=("prepare",),
-                  description="Re-encode / resize a video dataset, or extract JPEG frames, and write lists.")
+                  description="Pack, re-encode or extract JPEG frames of a video dataset and write lists; on many nodes in "
+                              "parts (--part I/N or a SLURM array job), then --merge.")
 
 CHECK_VIDEOS = Command(prog="tsm-ds check-videos", sections=("check_videos",),
                        description="Scan a dataset and report the files the loader cannot use.")
