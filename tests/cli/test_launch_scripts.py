@@ -114,6 +114,7 @@ def test_multi_node_without_a_hostfile_says_how_to_give_one():
     ("launch/train_single_node.sh", "One machine, NPROC ranks"),
     ("launch/train_multi_node.sh", "Several machines listed in a hostfile"),
     ("launch/slurm_train.sbatch", "SLURM: one task per node"),
+    ("launch/slurm_prepare.sbatch", "SLURM array job of `tsm-ds prepare`"),
     ("launch/quickstart.sh", "The README's first command"),
     ("launch/run_tests.sh", "The test command"),
     ("launch/setup.sh", "Create ./.venv and install tsm_ds"),
@@ -129,7 +130,7 @@ def test_every_script_help_prints_its_usage_and_exits_0(script, first_line, tmp_
         assert p.stdout.splitlines()[0].startswith(first_line), p.stdout
         assert "#" not in p.stdout.splitlines()[0] and "set -" not in p.stdout and "#SBATCH" not in p.stdout
     assert not list(tmp_path.iterdir())   # nothing created (no venv, no runs/)
-    if script.startswith("launch/train") or script.endswith(".sbatch"):
+    if script.startswith("launch/train") or script == "launch/slurm_train.sbatch":
         assert "Launcher options:" in p.stdout
 
 
