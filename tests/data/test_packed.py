@@ -165,3 +165,21 @@ def test_frame_folders_decode_at_the_dct_scale_packs_use(tmp_path):
     half = D.decode_frames(tmp_path / "f", [1, 4], num_frames=6, short_side=64)
     assert full.shape == (2, 128, 256, 3) and half.shape == (2, 64, 128, 3)
     assert [read_number(np.repeat(np.repeat(f, 2, 0), 2, 1)) for f in half] == [1, 4]
+
+
+def test_prepare_quality_sets_the_packs_jpeg_quality(tmp_path, capsys):
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    write_numbered_video(src / "one.mp4", 8, texture=True, gop=8)
+    sizes = {}
+    for q in (50, 90):
+        out = tmp_path / f"q{q}"
+        assert prepare_cli.main([str(tmp_path / "src"), str(out), "--quality", str(q), "--short-side", "0",
+                                 "--workers", "1"]) == 0
+        with P.PackedVideo(out / "a" / "one.jpack") as pv:
+            assert pv.meta["quality"] == q
+            assert [read_number(f) for f in pv.decode(range(8))] == list(range(8))
+        sizes[q] = (out / "a" / "one.jpack").stat().st_size
+    assert sizes[50] < sizes[90]
+    assert prepare_cli.main([str(tmp_path / "src"), str(tmp_path / "bad"), "--quality", "0"]) == 2
+    assert "--quality 0" in capsys.readouterr().err

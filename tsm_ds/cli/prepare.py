@@ -46,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     from tsm_ds.data.prepare import prepare_dataset
     from tsm_ds.data.records import read_class_folders, read_video_list
 
+    if not 1 <= p.quality <= 95:
+        print(f"tsm-ds prepare: --quality {p.quality}: give a JPEG quality from 1 to 95 (default 90)",
+              file=sys.stderr)
+        return 2
     src_root = os.path.abspath(p.src)
     out_root = os.path.abspath(p.out)
     opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset}
-            if p.mode == "video" else {"short_side": p.short_side})
+            if p.mode == "video" else {"short_side": p.short_side, "quality": p.quality})
     try:
         if p.merge:
             if p.part is not None or p.parts is not None:

@@ -308,6 +308,8 @@ class PrepareConfig:
     mode: str = opt("packed", "packed: one training-ready .jpack per video (JPEG frames + index); video: "
                     "re-encoded H.264; frames: JPEG folders", choices=("packed", "video", "frames"))
     short_side: int = opt(256, "short side of the output in pixels (0 keeps the size)")
+    quality: int = opt(90, "JPEG quality 1-95 (packed and frames modes): lower is smaller and a little faster "
+                       "to decode")
     keyint: int | None = opt(None, "keyframe interval in frames (video mode; none: the encoder's)")
     crf: int = opt(23, "x264 constant rate factor (video mode)")
     preset: str = opt("veryfast", "x264 preset (video mode)")

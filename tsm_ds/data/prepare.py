@@ -269,7 +269,8 @@ def _job(args) -> dict:
                 row["status"] = "done"
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    row["num_frames"] = pack_video(src, dst, short_side=opts["short_side"])
+                    row["num_frames"] = pack_video(src, dst, short_side=opts["short_side"],
+                                                   quality=opts.get("quality", 90))
         elif mode == "video":
             if os.path.isfile(dst):
                 row["status"] = "skipped (exists)"
@@ -285,7 +286,8 @@ def _job(args) -> dict:
             else:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    row["num_frames"] = extract_frames(src, dst, short_side=opts["short_side"])
+                    row["num_frames"] = extract_frames(src, dst, short_side=opts["short_side"],
+                                                       quality=opts.get("quality", 90))
     except Exception as e:  # report, never stop the whole run
         row["status"], row["reason"] = "failed", f"{type(e).__name__}: {getattr(e, 'reason', e)}"
     return row
