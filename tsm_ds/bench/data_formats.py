@@ -9,7 +9,9 @@ For every input and every format, the inputs are prepared with
   one torch thread in its workers; this process uses one too), uint8 batches counted in the main
   process, so the rate is what one CPU core delivers. The first batches (worker start, frame
   indexes) are not timed; then ``reps`` rounds, each one time box of ``budget_s`` per format of
-  the input, interleaved in a rotating order (:func:`loader_rates_interleaved`), median. Page cache:
+  the input, interleaved in a rotating order (:func:`loader_rates_interleaved`), median;
+  ``clips_per_cpu_s``: the timed clips per CPU second the worker used (what one core it had to
+  itself delivers; a shared machine's load lowers the wall-clock rate, not this). Page cache:
   warm (every file was just written by prepare or read by the correctness check).
 - ``bytes_per_clip``: on-disk bytes of a video's prepared file(s) (the folder's files for JPEG
   folders), mean over the videos; ``bytes_per_frame`` = that / frames; ``files_per_video``.
@@ -18,7 +20,7 @@ For every input and every format, the inputs are prepared with
 - Ratios side by side: ``vs_raw`` (clips/s over the raw video's on the same input), ``vs_frames``
   (over the JPEG folders'), ``bytes_vs_frames``.
 - The profile split of one item, by timing the stages of the item path directly, one torch
-  thread, mean over ``profile_items`` items (ms): ``decode_ms`` = ``decode_frames`` (open,
+  thread, CPU time of the thread, mean over ``profile_items`` items (ms): ``decode_ms`` = ``decode_frames`` (open,
   demux, decode; JPEG: the whole JPEG decode, its YCbCr -> RGB included) minus the conversion;
   ``convert_ms`` = YUV -> RGB (and the scaling to the decode short side done in the same swscale
   pass) of the kept frames, timed on the same decoded ``av.VideoFrame`` s with
@@ -67,7 +69,7 @@ FORMAT_NAMES = {"raw": "raw video", "video": "re-encoded video", "frames": "JPEG
 FORMAT_OPTIONS: dict[str, dict[str, Any]] = {"video": {"short_side": 256, "keyint": 16},
                                              "frames": {"short_side": 256}, "packed": {"short_side": 256}}
 #: columns of the format table
-FORMAT_COLUMNS = ["input", "format", "clips_per_s_per_core", "vs_raw", "vs_frames", "cores_a100", "cores_h100",
+FORMAT_COLUMNS = ["input", "format", "clips_per_s_per_core", "clips_per_cpu_s", "vs_raw", "vs_frames", "cores_a100", "cores_h100",
                   "bytes_per_clip", "bytes_vs_frames", "bytes_per_frame", "files_per_video", "decode_ms",
                   "convert_ms", "crop_resize_ms", "normalise_ms", "item_ms", "frames_decoded_per_clip",
                   "same_frames"]
@@ -250,20 +252,31 @@ class _OneWorker:
         self.it = iter(self.dl)
         self.prefetch = 2
 
-    def box(self, budget_s: float, min_batches: int) -> tuple[int, float]:
+    def worker_cpu_s(self) -> float | None:
+        """CPU seconds (user + system) the worker process has used (Linux /proc), None elsewhere."""
+        try:
+            pid = self.it._workers[0].pid
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (AttributeError, IndexError, OSError, ValueError):
+            return None
+
+    def box(self, budget_s: float, min_batches: int) -> tuple[int, float, float | None]:
         """Drain the batches prepared while waiting (untimed), then count clips for ``budget_s``;
-        returns (clips, seconds)."""
+        returns (clips, wall seconds, the worker's CPU seconds meanwhile or None)."""
         import torch
 
         for _ in range(self.prefetch):
             next(self.it)
+        c0 = self.worker_cpu_s()
         n, b, t0 = 0, 0, time.perf_counter()
         while b < min_batches or time.perf_counter() - t0 < budget_s:
             x = next(self.it)["clip"]
             assert x.dtype == torch.uint8
             n += int(x.shape[0])
             b += 1
-        return n, time.perf_counter() - t0
+        wall, c1 = time.perf_counter() - t0, self.worker_cpu_s()
+        return n, wall, (c1 - c0) if c0 is not None and c1 is not None else None
 
     def close(self) -> None:
         """Stop the worker."""
@@ -285,7 +298,9 @@ def loader_rates_interleaved(prepared: dict[str, Sequence], *, reps: int = 3, bu
 
     Returns:
         {format: ``{"clips_per_s": median over the rounds, "best_clips_per_s", "clips": timed
-        clips, "reps": [clips/s of each round]}``}.
+        clips, "reps": [clips/s of each round], "clips_per_cpu_s": timed clips per CPU second of
+        the worker (user + system, /proc; None where unavailable): the rate of one core the worker
+        had to itself, which a shared machine's load does not lower}``}.
 
     Raises:
         RuntimeError: a dataset gave up on unreadable files (VideoClipDataset).
@@ -301,18 +316,20 @@ def loader_rates_interleaved(prepared: dict[str, Sequence], *, reps: int = 3, bu
             for _ in range(2):   # worker start, frame indexes
                 next(loaders[f].it)
         rates: dict[str, list[float]] = {f: [] for f in prepared}
-        total = dict.fromkeys(prepared, 0)
+        total, cpu = dict.fromkeys(prepared, 0), dict.fromkeys(prepared, 0.0)
         order = list(prepared)
         for r in range(reps):
             for f in order[r % len(order):] + order[:r % len(order)]:
-                n, secs = loaders[f].box(budget_s, min_batches)
+                n, secs, cpu_s = loaders[f].box(budget_s, min_batches)
                 rates[f].append(n / secs)
                 total[f] += n
+                cpu[f] = None if cpu_s is None or cpu[f] is None else cpu[f] + cpu_s
     finally:
         for ld in loaders.values():
             ld.close()
         torch.set_num_threads(old)
-    return {f: {"clips_per_s": statistics.median(v), "best_clips_per_s": max(v), "clips": total[f], "reps": v}
+    return {f: {"clips_per_s": statistics.median(v), "best_clips_per_s": max(v), "clips": total[f], "reps": v,
+                "clips_per_cpu_s": total[f] / cpu[f] if cpu[f] else None}
             for f, v in rates.items()}
 
 
@@ -335,6 +352,9 @@ def _kept_av_frames(path: str, targets: Sequence[int]) -> list:
 
 def profile_item(records: Sequence, n: int = 8) -> dict[str, float | None]:
     """The stages of ``n`` train items timed directly (ms per item, means; see the module docstring).
+
+    Times are this thread's CPU time (``time.thread_time``; one torch thread, one decoder thread,
+    so every stage runs on this thread): a shared machine's load does not inflate them.
 
     Returns:
         ``{"decode_ms", "convert_ms" (None for JPEG formats: inside the JPEG decoder),
@@ -359,28 +379,28 @@ def profile_item(records: Sequence, n: int = 8) -> dict[str, float | None]:
             nf = rec.num_frames if rec.num_frames and os.path.isdir(rec.path) else video.count_frames(rec.path)
             idx = clip_indices(nf, 8, mode="train", rng=np.random.default_rng([0, i])).reshape(-1)
             st = video.DecodeStats()
-            t = time.perf_counter()
+            t = time.thread_time()
             frames = video.decode_frames(rec.path, idx, num_frames=nf, short_side=ds.decode_short_side, stats=st)
-            dec.append(time.perf_counter() - t)
+            dec.append(time.thread_time() - t)
             if is_video:
                 decoded.append(st.decoded)
                 avf = _kept_av_frames(rec.path, sorted(set(int(j) for j in idx)))
-                t = time.perf_counter()
+                t = time.thread_time()
                 for f in avf:
                     video.to_rgb(f, _out_size(f, ds.decode_short_side))
-                conv.append(time.perf_counter() - t)
-            t = time.perf_counter()
+                conv.append(time.thread_time() - t)
+            t = time.thread_time()
             clips.append(ds.transform(frames, np.random.default_rng([1, i])))
-            crop.append(time.perf_counter() - t)
-            t = time.perf_counter()
+            crop.append(time.thread_time() - t)
+            t = time.thread_time()
             ds[i]
-            item.append(time.perf_counter() - t)
+            item.append(time.thread_time() - t)
         b = torch.stack(clips[:4])
         norm = []
         for _ in range(3):
-            t = time.perf_counter()
+            t = time.thread_time()
             normalize_batch(b, *ds.normalization)
-            norm.append((time.perf_counter() - t) / b.shape[0])
+            norm.append((time.thread_time() - t) / b.shape[0])
     finally:
         torch.set_num_threads(old)
     c = 1e3 * statistics.mean(conv) if conv else None
@@ -469,7 +489,8 @@ def bench_formats(inputs: Sequence[dict[str, Any]], work_dir: str | os.PathLike,
                                            budget_s=budget_s, batch=batch)
         for f, (row, _) in to_time.items():
             cps = got[f]["clips_per_s"]
-            row.update(clips_per_s_per_core=cps, best_clips_per_s_per_core=got[f]["best_clips_per_s"],
+            row.update(clips_per_s_per_core=cps, clips_per_cpu_s=got[f]["clips_per_cpu_s"],
+                       best_clips_per_s_per_core=got[f]["best_clips_per_s"],
                        timed_clips=got[f]["clips"], cores_a100=GPU_TRAIN_CLIPS_PER_S["A100"] / cps,
                        cores_h100=GPU_TRAIN_CLIPS_PER_S["H100/H200"] / cps)
         base = {r["format"]: r for r in rows if r["input"] == inp["name"] and r.get("clips_per_s_per_core")}
