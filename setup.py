@@ -9,6 +9,7 @@ INSTALL_REQUIRES = [
     "torchvision==0.29.1",
     "deepspeed==0.19.8",
     "av>=14",
+    "simplejpeg==1.9.0",   # JPEG decoding of packs (libjpeg-turbo; DCT-scaled decoding)
     "numpy",
     "tensorboard",
     "tqdm",

@@ -8,7 +8,7 @@
 #
 # The GPU machine's python3 has torch / torchvision and most of what tsm_ds needs, but no deepspeed,
 # PyAV or registry: --prepare builds build/gpu_check/wheels (deepspeed 0.19.8 built as a pure-Python
-# wheel, PyAV's abi3 manylinux wheel, pydantic + pydantic-core for CPython 3.12, annotated-types,
+# wheel, PyAV's abi3 manylinux wheel, simplejpeg, pydantic + pydantic-core for CPython 3.12, annotated-types,
 # typing-inspection, hjson) and build/gpu_check/clips (2 small clips per class of the shared data),
 # at most 60 MiB. The run installs the wheels and tsm_ds (--no-deps) into /tmp/site.
 #
@@ -52,7 +52,8 @@ if [ "$MODE" = prepare ]; then
   "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$CARRY/wheels" "deepspeed==$(ver deepspeed)"
   "$PY" -m pip download -q "${plat[@]}" -d "$CARRY/wheels" "av==$(ver av)" "pydantic==$(ver pydantic)" \
       "pydantic-core==$(ver pydantic-core)" "annotated-types==$(ver annotated-types)" \
-      "typing-inspection==$(ver typing-inspection)" "hjson==$(ver hjson)"
+      "typing-inspection==$(ver typing-inspection)" "hjson==$(ver hjson)" \
+      "simplejpeg==$(ver simplejpeg)"
   set +e
   src="${DATA:-${TSM_DS_DATA:-$ROOT/../shared/data/videos}}"
   if [ -d "$src" ]; then

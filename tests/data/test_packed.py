@@ -183,3 +183,29 @@ def test_prepare_quality_sets_the_packs_jpeg_quality(tmp_path, capsys):
     assert sizes[50] < sizes[90]
     assert prepare_cli.main([str(tmp_path / "src"), str(tmp_path / "bad"), "--quality", "0"]) == 2
     assert "--quality 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode, kwargs", [("train", {}), ("val", {}), ("test", {"num_clips": 2, "num_crops": 3})])
+def test_packs_give_the_items_jpeg_folders_give(tmp_path, mode, kwargs):
+    """The same JPEG bytes, the same draws: a pack's items equal its JPEG folder's, bit for bit
+    (the pack path cuts the crops frame by frame, the folder path from the whole stacked clip)."""
+    from tsm_ds.data.prepare import prepare_dataset
+    from tsm_ds.data.records import VideoRecord
+
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    for k, (w, h) in enumerate([(320, 240), (240, 320), (400, 224)]):
+        write_numbered_video(src / f"v{k}.mp4", 30 + k, width=w, height=h, texture=True, gop=30)
+    recs = [VideoRecord(str(p), 0) for p in sorted(src.iterdir())]
+    for m in ("packed", "frames"):
+        prepare_dataset(recs, str(tmp_path / "src"), str(tmp_path / m), mode=m, workers=1, progress=False,
+                        short_side=128)
+    packs = read_video_list(tmp_path / "packed" / "all.txt")
+    folders = read_video_list(tmp_path / "frames" / "all.txt")
+    a = VideoClipDataset(packs, mode=mode, num_segments=4, img_size=96, seed=1, **kwargs)
+    b = VideoClipDataset(folders, mode=mode, num_segments=4, img_size=96, seed=1, **kwargs)
+    for epoch in (0, 3):
+        a.set_epoch(epoch)
+        b.set_epoch(epoch)
+        for i in range(len(packs)):
+            assert a[i]["clip"].equal(b[i]["clip"]), (mode, epoch, i)

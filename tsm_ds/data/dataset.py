@@ -190,7 +190,10 @@ class VideoClipDataset(Dataset):
         if _video.is_packed(record.path) and self.frame_cache is None:
             with _video.PackedVideo(record.path) as pv:   # one open: header, then the kept frames
                 idx = indices(pv.num_frames)
-                frames = pv.decode(idx.reshape(-1), short_side=self.decode_short_side)
+                frames = pv.decode_chw(idx.reshape(-1), short_side=self.decode_short_side)
+            # crops cut frame by frame: the whole frames are never copied into one clip
+            x = self.transform.frames_to_clip(frames, self._rng(index, attempt, 1))
+            return stack_views(x, idx.shape[0], self.num_segments, self.mode == "test" and self.num_views > 1)
         else:
             if record.num_frames is not None and os.path.isdir(record.path):
                 n = record.num_frames

@@ -134,9 +134,8 @@ class PackedBatch:
         for c in self.clips:
             imgs = _fill_missing(images[j:j + len(c.frames)], c.path)
             j += len(c.frames)
-            # (T, 3, H, W) with (T, H, W, 3) memory, as the worker path's frames are laid out
-            x = torch.stack([im.permute(1, 2, 0) for im in imgs]).permute(0, 3, 1, 2)
-            out.append(stack_views(c.transform.apply(x, c.boxes), c.num_clips, c.num_segments,
+            # the worker path's transform, with the boxes the worker drew
+            out.append(stack_views(c.transform.apply_frames(imgs, c.boxes), c.num_clips, c.num_segments,
                                    c.multi_view))
         return torch.stack(out)
 

@@ -309,6 +309,39 @@ class ClipTransform:
                  else self.boxes(x.shape[-1], x.shape[-2], rng))
         return self.apply(x, boxes)
 
+    def apply_frames(self, frames: Sequence[torch.Tensor], boxes: list | None) -> torch.Tensor:
+        """:meth:`apply` for frames given one by one, uint8 (3, H, W) each (decoded JPEGs): each
+        view is cut out of every frame and only the crops are stacked and resized, so the
+        whole frames are never copied into one clip tensor. ``boxes`` None: the official
+        val/test views (the frames are stacked whole for them).
+
+        Returns what :meth:`__call__` returns, on the frames' device. Raises ValueError when the
+        frames differ in size.
+        """
+        h0, w0 = frames[0].shape[-2:]
+        if any(f.shape[-2:] != (h0, w0) for f in frames):
+            raise ValueError(f"frames of different sizes: {sorted({tuple(f.shape) for f in frames})}")
+        if boxes is None:
+            return self.apply(torch.stack(list(frames)), None)
+        views = []
+        for (bx, by, bw, bh), side, flip in boxes:
+            top, left = int(round(by)), int(round(bx))
+            h, w = max(1, int(round(bh))), max(1, int(round(bw)))
+            # a copy of the crops only, as (T, h, w, 3) memory: the uint8 resize's fast layout
+            crop = torch.stack([TF.crop(f, top, left, h, w).permute(1, 2, 0) for f in frames]).permute(0, 3, 1, 2)
+            if (h, w) != (side, side):
+                crop = TF.resize(crop, [side, side], interpolation=InterpolationMode.BILINEAR, antialias=True)
+            views.append(TF.horizontal_flip(crop) if flip else crop)
+        return views[0] if len(views) == 1 else torch.stack(views)
+
+    def frames_to_clip(self, frames: Sequence[torch.Tensor], rng: np.random.Generator | None = None
+                       ) -> torch.Tensor:
+        """:meth:`__call__` for frames given one by one, uint8 (3, H, W) each: the views drawn
+        for their size with ``rng`` (:meth:`boxes`), then :meth:`apply_frames`."""
+        official = self.resize == "official" and self.mode != "train"
+        h, w = frames[0].shape[-2:]
+        return self.apply_frames(frames, None if official else self.boxes(w, h, rng))
+
     def apply(self, x: torch.Tensor, boxes: list | None) -> torch.Tensor:
         """Cut and scale the views ``boxes`` (from :meth:`boxes`, drawn for this clip's frame
         size) out of uint8 frames ``x`` (T, 3, H, W) on any device; ``boxes`` None: the

@@ -47,7 +47,7 @@ def read_frame_folder(path: str | os.PathLike, indices: Sequence[int],
 
     Each distinct frame is read and decoded once (torchvision ``decode_image``, RGB). With
     ``short_side``, JPEG frames at least twice that size are decoded at a reduced DCT scale
-    (:func:`~tsm_ds.data.video.packed.dct_scale_for`, Pillow's ``draft``), as packs are.
+    (:func:`~tsm_ds.data.video.packed.dct_scale_for`, simplejpeg), as packs are.
 
     Returns:
         np.uint8 array (T, H, W, 3), RGB, T = len(indices), in the order of ``indices``.
@@ -75,7 +75,7 @@ def read_frame_folder(path: str | os.PathLike, indices: Sequence[int],
                         scale = dct_scale_for(*im.size, short_side) if im.format == "JPEG" else 1
                 if scale and scale > 1:
                     with open(f, "rb") as fh:
-                        cache[i] = _decode_one(fh.read(), scale)
+                        cache[i] = _decode_one(fh.read(), scale, short_side)
                 else:
                     img = decode_image(read_file(f), mode=ImageReadMode.RGB)
                     cache[i] = img.permute(1, 2, 0).contiguous().numpy()
