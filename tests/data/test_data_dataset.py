@@ -21,6 +21,9 @@ class Identity:
     def __call__(self, frames, rng=None):
         return torch.as_tensor(frames)
 
+    def frames_to_clip(self, frames, rng=None):   # frames one by one, (3, H, W) each (JPEG folders, packs)
+        return torch.stack([f.permute(1, 2, 0) for f in frames])
+
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):

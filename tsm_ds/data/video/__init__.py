@@ -24,7 +24,7 @@ from __future__ import annotations
 from .convert import rotate, to_rgb
 from .decode import decode_frames
 from .errors import NoVideoStreamError, VideoDecodeError, VideoError, VideoOpenError, warn_once
-from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder
+from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder, read_frame_folder_list
 from .packed import (PACK_EXTENSION, PackedVideo, decode_jpeg_batch, is_packed, packed_count,
                      read_packed_frames, write_packed)
 from .index import (VideoIndex, build_index, clear_index_cache, count_frames, get_index, open_video,
@@ -33,7 +33,7 @@ from .sequential import DecodeStats, decode_all_frames, iter_decoded, iter_frame
 
 __all__ = [
     "VideoError", "VideoOpenError", "NoVideoStreamError", "VideoDecodeError", "warn_once",
-    "FRAME_TEMPLATE", "is_frame_folder", "frame_folder_count", "read_frame_folder",
+    "FRAME_TEMPLATE", "is_frame_folder", "frame_folder_count", "read_frame_folder", "read_frame_folder_list",
     "PACK_EXTENSION", "PackedVideo", "is_packed", "packed_count", "read_packed_frames", "write_packed",
     "decode_jpeg_batch",
     "VideoIndex", "build_index", "get_index", "count_frames", "set_index_cache_dir", "set_index_cache_size",
