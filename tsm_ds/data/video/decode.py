@@ -207,9 +207,13 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
     kpos = goal = 0
     size = None
     last_frame = None
-    last_i = -1
+    last_fp = None
+    key_for = None   # (frame, (decode position, pts) of its keyframe): looked up once per frame
+    pkt_pts = idx.pkt_pts
     while remaining:
-        kpos_next, kpts = idx.keyframe_for(remaining[0])
+        if key_for is None or key_for[0] != remaining[0]:
+            key_for = (remaining[0], idx.keyframe_for(remaining[0]))
+        kpos_next, kpts = key_for[1]
         if gen is None or kpos_next > max(pos, goal):
             kpos = kpos_next
             if gen is not None or kpos > 0:
@@ -228,16 +232,22 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
             st.error = f"{type(e).__name__}: {e}"
             break
         if packet.size:
-            p = idx.pos_of(int(packet.pts)) if packet.pts is not None else None
+            pts = None if packet.pts is None else int(packet.pts)
             if check_landing:
                 check_landing = False
+                p = None if pts is None else idx.pos_of(pts)
                 if p is None or p > kpos:
                     return False, None
-            pos = p if p is not None else pos + 1
+                pos = p
+            elif pts is not None and pos + 1 < len(pkt_pts) and pkt_pts[pos + 1] == pts:
+                pos += 1   # the next packet in decode order, as expected (no binary search)
+            else:
+                p = None if pts is None else idx.pos_of(pts)
+                pos = p if p is not None else pos + 1
             if skip_nonref:
                 # a packet whose frame is not asked for: if no other frame references it, the
                 # decoder may skip it (non-reference B-frames are a third to a half of H.264)
-                mode = "DEFAULT" if (packet.pts is not None and int(packet.pts) in need_pts) else "NONREF"
+                mode = "DEFAULT" if (pts is not None and pts in need_pts) else "NONREF"
                 if mode != skip_mode:
                     cc.skip_frame = skip_mode = mode
         try:
@@ -253,9 +263,7 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
             if prev_pts is not None and fp <= prev_pts:
                 return False, None
             prev_pts = fp
-            last_frame = frame
-            fi = idx.frame_of(fp)
-            last_i = last_i if fi is None else fi
+            last_frame, last_fp = frame, fp
             ti = need_pts.pop(fp, None)
             if ti is not None:
                 size = size or _out_size(frame, short_side)
@@ -263,5 +271,10 @@ def _decode_seeking(container, stream, idx: VideoIndex, targets: list[int], got:
                 remaining.remove(ti)
     if not remaining:
         return True, None
+    # the presentation index of the last decoded frame (its pts not in the index, which the
+    # demux pass makes impossible: the last frame kept)
+    last_i = idx.frame_of(last_fp) if last_fp is not None else None
+    if last_i is None:
+        last_i = max(got) if got else -1
     return True, _last(got, last_i, last_frame,
                        size or (_out_size(last_frame, short_side) if last_frame else None))
