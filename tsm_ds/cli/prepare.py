@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     src_root = os.path.abspath(p.src)
     out_root = os.path.abspath(p.out)
-    opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset}
+    opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset, "tune": p.tune}
             if p.mode == "video" else {"short_side": p.short_side, "quality": p.quality})
     try:
         if p.merge:
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         records, classes = read_class_folders(src_root)
     if p.merge:
         expect = {f.split(".", 1)[1]: getattr(p, f.split(".", 1)[1]) for f in given
-                  if f in ("prepare.mode", "prepare.short_side", "prepare.keyint", "prepare.crf", "prepare.preset")}
+                  if f in ("prepare.mode", "prepare.short_side", "prepare.keyint", "prepare.crf", "prepare.preset",
+                            "prepare.tune", "prepare.quality")}
         try:
             rows, summary = merge_parts(records, src_root, out_root, classes=classes, expect=expect)
         except PartsError as e:

@@ -12,6 +12,32 @@ The output mirrors the input's relative paths under OUT:
   makes random access cheap: the loader decodes at most keyint frames per sampled frame). Every
   decoded frame is kept, with its timestamps (so variable frame rate stays variable), rotation
   metadata is applied to the pixels, and frame counts stay those of the source.
+
+  Encoder (issue 27, 29): libx264 ``--crf 23 --preset veryfast`` and by default ``--tune
+  fastdecode`` (CAVLC instead of CABAC, no deblocking filter, no weighted prediction) with
+  ``b-pyramid=none`` (no B-frame is a reference, so the loader's decoder skips every B-frame it is
+  not asked for), and x264 threads pinned to 1 (x264's automatic count depends on the machine's
+  cores and changes the bytes; with a fixed count two runs give identical files, tested). Measured by
+  ``studies/video_decode_bench.py`` at short side 256, keyint 16: train items
+  (``VideoClipDataset(mode="train", num_segments=8, img_size=224)``) per CPU second of one
+  thread, median of 3 interleaved rounds, the encoder options alone (the loader of before issue
+  27) / with the loader's own issue-27 changes (one reused swscale context per thread, fewer
+  per-packet lookups), ratios to the encode and loader before issue 27:
+
+  ====================================  ===============  ===============  ==============
+  x264 options                          17 real clips    640x360 texture  bytes (real /
+                                                                          texture)
+  ====================================  ===============  ===============  ==============
+  before (no tune, automatic threads)   x1.00 / x1.14    x1.00 / x1.06    1.00 / 1.00
+  tune fastdecode                       x1.60 / x1.98    x2.06 / x2.46    1.06 / 1.12
+  tune fastdecode + b-pyramid=none      x1.70 / x2.06    x2.49 / x2.75    1.08 / 1.12
+  ====================================  ===============  ===============  ==============
+
+  (the real clips: 30.9 -> 65.8 items per CPU second; frames decoded per item 46.6 -> 43.0.)
+  Alone, cabac=0 gave x1.33 / x1.76 (bytes 1.05 / 1.13), no-deblock x1.08 / x1.05, bframes=0
+  x1.12 / x0.98 (bytes 1.07 / 1.26), b-pyramid=none x1.13 / x1.03 (an earlier run, same
+  method). ``--tune none`` restores x264's default tuning (smaller files, slower to load; b-pyramid=none
+  stays, from Python ``x264_params=None`` drops it too).
 - ``--mode frames``: JPEG frames ``<rel path without extension>/img_00001.jpg ...`` (official TSM
   layout) at ``--short-side``.
 
@@ -39,8 +65,8 @@ from pathlib import Path
 
 from tsm_ds.utils.io import atomic_path, atomic_write_text
 
-__all__ = ["MODES", "X264_THREADS", "extract_frames", "pack_video", "prepare_dataset", "prepare_rows", "prepare_video",
-           "write_lists"]
+__all__ = ["FAST_DECODE_PARAMS", "MODES", "X264_THREADS", "extract_frames", "pack_video", "prepare_dataset",
+           "prepare_rows", "prepare_video", "write_lists", "x264_options"]
 
 #: prepare modes, the default first
 MODES = ("packed", "video", "frames")
@@ -80,7 +106,7 @@ def _frames(path: str):
         s.codec_context.thread_type = "AUTO"
         try:
             for frame in c.decode(s):
-                yield D.rotate(frame.to_ndarray(format="rgb24"), frame.rotation), frame.time
+                yield D.to_rgb(frame), frame.time
         except av.FFmpegError as e:
             warnings.warn(f"{path}: decode error, keeping the frames before it ({e})",
                           RuntimeWarning, stacklevel=2)
@@ -116,15 +142,71 @@ def _resize(img, size: tuple[int, int]):
     return t.permute(1, 2, 0).contiguous().numpy()
 
 
+#: x264 options prepare_video adds by default (with ``tune="fastdecode"``): every B-frame
+#: unreferenced, so the loader's decoder skips those it is not asked for (issue 27)
+FAST_DECODE_PARAMS = "b-pyramid=none"
+
+
+def x264_options(*, crf: int = 23, preset: str = "veryfast", tune: str | None = "fastdecode",
+                 keyint: int | None = None, x264_params: str | None = FAST_DECODE_PARAMS,
+                 threads: int = 1) -> dict[str, str]:
+    """The libx264 ``stream.options`` of :func:`prepare_video` (strings, as PyAV takes them).
+
+    Args:
+        crf, preset: x264's constant rate factor and preset.
+        tune: x264's ``--tune`` (default ``"fastdecode"``: CAVLC instead of CABAC, no deblocking
+            filter, no weighted prediction; see the module docstring for the measurements);
+            None or ``"none"``: x264's defaults.
+        keyint: a keyframe every ``keyint`` frames exactly (no scene-cut keyframes); None: x264's.
+        x264_params: more ``key=value`` x264 options joined by ``:`` (default
+            :data:`FAST_DECODE_PARAMS`, B-frames never used as references; None: none).
+        threads: x264 threads, pinned: the same pixels give the same bytes run to run, whatever
+            the machine's core count (0 = x264's automatic count, which depends on the cores and
+            changes the bytes).
+
+    Raises:
+        ValueError: ``threads`` < 0.
+    """
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0, got {threads}")
+    params = [f"threads={threads}"] if threads else []
+    if keyint:
+        params.append(f"keyint={keyint}:min-keyint={keyint}:scenecut=0")
+    if x264_params:
+        params.append(x264_params)
+    opts = {"crf": str(crf), "preset": preset}
+    if tune and tune != "none":
+        opts["tune"] = tune
+    if params:
+        opts["x264-params"] = ":".join(params)
+    return opts
+
+
 def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | None = None,
-                  crf: int = 23, preset: str = "veryfast") -> int:
+                  crf: int = 23, preset: str = "veryfast", tune: str | None = "fastdecode",
+                  x264_params: str | None = FAST_DECODE_PARAMS, threads: int = X264_THREADS) -> int:
     """Re-encode ``src`` to an H.264 MP4 ``dst`` (written atomically: a temporary file, then renamed).
 
-    libx264 runs :data:`X264_THREADS` thread(s) (``x264-params threads=1``) and the resize
-    :data:`RESIZE_THREADS`, so a video's bytes are the same run to run and on every machine with
-    the same FFmpeg/x264 and torch builds and CPU instruction set.
+    Args:
+        src / dst: input video and output ``.mp4`` path.
+        short_side: short side of the output in pixels, both sides rounded to even (0: keep).
+        keyint: a keyframe every ``keyint`` frames exactly (None: x264's choice).
+        crf, preset, tune, x264_params, threads: the encoder's (:func:`x264_options`). The
+            defaults ``tune="fastdecode"`` and ``x264_params="b-pyramid=none"`` make the output
+            cheap to load for a few percent more bytes (measured in the module docstring);
+            ``threads=1``: x264's output does not depend on the run or the machine's core count
+            (the same bytes for the same pixels and library versions).
 
-    Returns the number of frames written. Raises VideoError subclasses for unreadable input.
+    Returns:
+        the number of frames written (= frames decoded from ``src``).
+
+    Raises:
+        VideoOpenError, NoVideoStreamError, VideoDecodeError (no decodable frame): unreadable
+        input; av.FFmpegError from the encoder; OSError when ``dst`` cannot be written.
+
+    The frame resize runs :data:`RESIZE_THREADS` torch thread(s), so a video's bytes are the same
+    run to run and on every machine with the same FFmpeg/x264 and torch builds and CPU
+    instruction set.
     """
     import av
 
@@ -143,14 +225,8 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
                     stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
                     stream.time_base = tb
                     stream.codec_context.time_base = tb
-                    opts = {"crf": str(crf), "preset": preset}
-                    # one encoder thread, always: x264's automatic count follows the machine's
-                    # cores and changes the bytes; prepare runs --workers videos in parallel anyway
-                    params = [f"threads={X264_THREADS}"]
-                    if keyint:
-                        params.append(f"keyint={keyint}:min-keyint={keyint}:scenecut=0")
-                    opts["x264-params"] = ":".join(params)
-                    stream.options = opts
+                    stream.options = x264_options(crf=crf, preset=preset, tune=tune, keyint=keyint,
+                                                  x264_params=x264_params, threads=threads)
                 # keep the source timing when it increases; else 30 fps steps
                 pts = int(round(t / tb)) if t is not None else None
                 if pts is None or (last_t is not None and pts <= last_t):
