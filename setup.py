@@ -37,6 +37,9 @@ setup(
         # FFmpeg shared libraries from the system: apt-get install libavcodec59 libavformat59 ...)
         "bench": ["torchcodec", "decord"],
         "export": ["onnx", "onnxscript", "onnxruntime"],
+        # shards (issue 30): litdata writes and reads them (local or S3); moto's server is the
+        # S3-compatible server of the tests (README "Shards")
+        "shards": ["litdata==0.2.76", "boto3", "moto[server]==5.2.5"],
     },
     entry_points={"console_scripts": ["tsm-ds=tsm_ds.cli:main"]},
 )

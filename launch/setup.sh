@@ -9,10 +9,10 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import tsm_ds, deepspeed, av, torch" 2>/dev/null \
+if ! .venv/bin/python -c "import tsm_ds, deepspeed, av, torch, litdata, moto" 2>/dev/null \
    || [ setup.py -nt .venv/.tsm_ds_installed ]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/pip install -q -e ".[test,export]"   # export: onnx + onnxruntime, checked by the tests
+  .venv/bin/pip install -q -e ".[test,export,shards]"   # export: onnx + onnxruntime; shards: litdata + moto
   touch .venv/.tsm_ds_installed
 fi
 echo "tsm_ds installed in $(pwd)/.venv"

@@ -60,6 +60,12 @@ def main(argv: list[str]) -> int:
     from tsm_ds.inference.evaluate import evaluate
 
     set_threads()   # ranks sharing a CPU split its cores (a no-op for one process or with OMP_NUM_THREADS)
+    from tsm_ds.data.shards import set_shard_cache
+    try:
+        set_shard_cache(cfg.data.shard_cache, cfg.data.shard_cache_mb)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     from tsm_ds.models.weights import CheckpointError
 
     try:

@@ -50,6 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tsm-ds prepare: --quality {p.quality}: give a JPEG quality from 1 to 95 (default 90)",
               file=sys.stderr)
         return 2
+    if p.shards is not None and (p.mode != "packed" or not p.shards > 0):
+        print(f"tsm-ds prepare: --shards {p.shards} --mode {p.mode}: shards hold packs; give --mode packed (the "
+              "default) and a shard size in MB > 0", file=sys.stderr)
+        return 2
+    if p.shards is not None and p.part is not None:
+        print("tsm-ds prepare: --shards with --part: the shards are written once, at --merge (give --shards there)",
+              file=sys.stderr)
+        return 2
     src_root = os.path.abspath(p.src)
     out_root = os.path.abspath(p.out)
     opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset, "tune": p.tune}
@@ -104,7 +112,36 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in rows if r["status"] == "failed"]
     for r in failed:
         print(f"  failed {r['src']}: {r['reason']}")
+    if p.shards is not None and part is None:
+        code = _write_shards(out_root, rows, p.shards, classes)
+        if code:
+            return code
     return 1 if failed else 0
+
+
+def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes) -> int:
+    """Write (or find already written) ``OUT/shards`` from the prepared packs; returns 0, or 2 with a
+    message when a different shard folder is there."""
+    from tsm_ds.data.shards import SAMPLES_FILE, read_samples, write_shards
+
+    folder = os.path.join(out_root, "shards")
+    want = [(r["out"], int(r["label"])) for r in rows if r["status"] != "failed"]
+    if os.path.isfile(os.path.join(folder, SAMPLES_FILE)):
+        keys, labels, _ = read_samples(folder)
+        if list(zip(keys, labels)) == want:
+            print(f"prepare: shards in {folder} already hold these {len(want)} packs (kept)")
+            return 0
+        print(f"prepare: {folder} holds shards of other packs ({len(keys)} samples, these are {len(want)}); "
+              "remove the folder to write them again", file=sys.stderr)
+        return 2
+    try:
+        info = write_shards(out_root, want, folder, shard_mb=shard_mb, classes=classes)
+    except ValueError as e:
+        print(f"prepare: {e}", file=sys.stderr)
+        return 2
+    print(f"prepare: {info['samples']} packs in {info['shards']} shards of <= {shard_mb:g} MB in {folder} "
+          f"({info['bytes'] / 1e6:.1f} MB); train with --data {folder}")
+    return 0
 
 
 if __name__ == "__main__":

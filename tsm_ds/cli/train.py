@@ -208,6 +208,12 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     set_index_cache_size(d.index_cache_size)
     set_malloc_trim(d.malloc_trim)
     set_fused_shift(m.fused_shift)
+    from tsm_ds.data.shards import set_shard_cache
+    try:
+        set_shard_cache(d.shard_cache, d.shard_cache_mb)
+    except ValueError as e:
+        log.error("%s", e)
+        return EXIT_CONFIG
 
     import torch
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError

@@ -324,6 +324,9 @@ class PrepareConfig:
                             "parts: sbatch --array=3,7 ... --parts N)")
     merge: bool = opt(False, "after all parts: check that every part report is there and covers the source, then "
                       "write all.txt, classes.txt and prepare_report.json for the whole set")
+    shards: float | None = opt(None, "packed mode: also write the packs into shards of about this many MB in "
+                               "OUT/shards (litdata chunks + index.json + samples.json: train with --data OUT/shards "
+                               "or its copy on an S3 server); with parts, at --merge")
 
 
 @dataclass

@@ -38,7 +38,8 @@ class DataConfig:
     """Where clips come from and how they are cut (:mod:`tsm_ds.data.splits`, :mod:`tsm_ds.data.dataset`)."""
 
     data: str | None = opt(None, "a folder holding manifest.csv (../shared/data) or its videos/ folder, class "
-                           "folders under train/ + val/, or a class-per-folder tree (per-class hold-out); with list "
+                           "folders under train/ + val/, or a class-per-folder tree (per-class hold-out); a shard "
+                           "folder or s3://bucket/prefix (tsm-ds prepare --shards); with list "
                            "files, the root their paths are relative to", env="TSM_DS_DATA")
     train_list: str | None = opt(None, "list file of training clips: 'path label' per line")
     val_list: str | None = opt(None, "list file of validation clips")
@@ -60,6 +61,9 @@ class DataConfig:
     decode_device: str | None = opt(None, "decode packed JPEG frames in whole batches on this device (cpu: the main "
                                     "process; cuda: nvJPEG on the GPU) instead of in the DataLoader workers (default); "
                                     "packed data only (tsm-ds prepare)", choices=("cpu", "cuda"))
+    shard_cache: str | None = opt(None, "local cache folder of remote shards (--data s3://...; default: a folder "
+                                  "under the system's temporary folder named after the URL)")
+    shard_cache_mb: float = opt(20480.0, "size bound of that cache in MiB (litdata evicts the oldest chunks beyond it)")
     demo_clips: int = opt(48, "training clips per class of the generated demo dataset (used only without data)")
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from . import shards as _shards
 from . import video as _video
 from .memory import release_freed_heap
 from .packed_batch import PackedClip, check_decode_device, stack_views
@@ -47,6 +48,14 @@ from .sampling import clip_indices
 from .transforms import ClipTransform
 
 __all__ = ["VideoClipDataset"]
+
+
+def _open_pack(path: str) -> _video.PackedVideo:
+    """A ``.jpack`` file, or a pack inside shards (``<shard folder>!/<key>``, :mod:`tsm_ds.data.shards`):
+    the same reader either way, so the items are the same. Raises VideoError subclasses naming ``path``."""
+    if _shards.is_shard_path(path):
+        return _shards.open_packed(path)
+    return _video.PackedVideo(path)
 
 
 class VideoClipDataset(Dataset):
@@ -177,7 +186,7 @@ class VideoClipDataset(Dataset):
                                 twice_sample=self.twice_sample, window=self.dense_window)
 
         if self.decode_device is not None:   # the consumer decodes the batch (data/packed_batch.py)
-            with _video.PackedVideo(record.path) as pv:
+            with _open_pack(record.path) as pv:
                 idx = indices(pv.num_frames)
                 flat = [min(max(int(i), 0), pv.num_frames - 1) for i in idx.reshape(-1)]
                 enc = pv.read_encoded(flat)   # whole JPEGs checked here: damage replaced like a bad video
@@ -188,7 +197,7 @@ class VideoClipDataset(Dataset):
                               self.num_segments, self.mode == "test" and self.num_views > 1,
                               record.path, self.decode_device)
         if _video.is_packed(record.path) and self.frame_cache is None:
-            with _video.PackedVideo(record.path) as pv:   # one open: header, then the kept frames
+            with _open_pack(record.path) as pv:   # one open: header, then the kept frames
                 idx = indices(pv.num_frames)
                 frames = pv.decode_chw(idx.reshape(-1), short_side=self.decode_short_side)
             # crops cut frame by frame: the whole frames are never copied into one clip

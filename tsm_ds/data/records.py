@@ -80,7 +80,8 @@ def read_class_folders(root: str | os.PathLike, *, class_names: list[str] | None
 
     Args:
         root: the tree. Videos are files with an extension in VIDEO_EXTENSIONS, at any depth
-            below the class folder; a folder holding ``img_00001.jpg`` is a JPEG frame folder.
+            below the class folder; a folder holding ``img_00001.jpg`` is a JPEG frame folder. A
+            shard folder (``samples.json`` + ``index.json``, :mod:`tsm_ds.data.shards`) is skipped.
         class_names: fixes the label order (e.g. a label map normalised with
             :func:`normalize_class_name`); default: sorted folder names.
 
@@ -94,7 +95,9 @@ def read_class_folders(root: str | os.PathLike, *, class_names: list[str] | None
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory (expected <root>/<class>/<video>)")
-    folders = sorted(d.name for d in root.iterdir() if d.is_dir())
+    # a shard folder (tsm-ds prepare --shards writes OUT/shards beside the class folders) is no class
+    folders = sorted(d.name for d in root.iterdir()
+                     if d.is_dir() and not ((d / "samples.json").is_file() and (d / "index.json").is_file()))
     if not folders:
         raise ValueError(f"{root}: no class folders")
     names = list(class_names) if class_names is not None else folders

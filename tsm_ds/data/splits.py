@@ -10,6 +10,9 @@
 - ``"train_val_folders"``: ``data/train/<class>/...`` and ``data/val/<class>/...``;
 - ``"holdout"``: a class-folder tree ``data/<class>/...``; per class the last ``val_fraction`` of
   the files by path (rounded; classes of one video keep it for training) are validation.
+- ``"shards"``: ``data`` = a shard folder or ``s3://bucket/prefix`` written by ``tsm-ds prepare
+  --shards`` (:mod:`tsm_ds.data.shards`); split as ``"holdout"`` splits the packs it was made from,
+  so the same clips are train / validation as with ``--data <prepare output>``.
 
 :meth:`Split.as_dict` records the arguments (absolute paths) and the kind; :func:`split_from_record`
 resolves them again from a run's ``config.json``, which is how ``tsm-ds eval --checkpoint RUN/...``
@@ -34,7 +37,7 @@ log = logging.getLogger(__name__)
 #: the project's real clips, next to a source checkout (absent in a user's clone or an install)
 DEFAULT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "videos"
 
-SPLIT_KINDS = ("lists", "manifest", "train_val_folders", "holdout")
+SPLIT_KINDS = ("lists", "manifest", "train_val_folders", "holdout", "shards")
 
 
 @dataclass
@@ -145,6 +148,19 @@ def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os
         raise ValueError(f"val_fraction must be in [0, 1); got {val_fraction}")
     if val_list is not None and train_list is None:
         raise ValueError(f"validation list {val_list} given without a training list")
+    from tsm_ds.data import shards
+
+    if data is not None and train_list is None and shards.is_shard_source(data):
+        root = str(data).rstrip("/") if str(data).startswith("s3://") else str(_abs(data))
+        allr, names = shards.shard_records(root)
+        if classes is not None:
+            names = _class_names_file(_abs(classes))
+        train, val = _holdout(allr, len(names), float(val_fraction))
+        if not train:
+            raise ValueError(f"{root}: no training samples in the shards")
+        return Split(train, val, list(names), "shards",
+                     f"{root}: shards, per-class hold-out of the last {val_fraction:.0%} by pack path",
+                     data=root, classes=str(_abs(classes)) if classes else None, val_fraction=float(val_fraction))
     d, tl, vl, cl = _abs(data), _abs(train_list), _abs(val_list), _abs(classes)
     if d is None and tl is None:
         raise ValueError("no data given: a data folder (class folders, train/ + val/, or a manifest.csv "

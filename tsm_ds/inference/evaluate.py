@@ -111,7 +111,7 @@ def load_records(checkpoint: str | os.PathLike, *, data: str | None = None, list
         info = {"data": str(list_file), "split": None, "description": f"list file {list_file}"}
     elif data:
         sp = splits.resolve_split(data=data, val_fraction=val_fraction)
-        side = side or ("all" if sp.kind == "holdout" else "val")
+        side = side or ("all" if sp.kind in ("holdout", "shards") else "val")
         records, names = sp.side(side), sp.class_names
         info = {"data": str(data), "split": side,
                 "description": f"{sp.description}; {side} side"}

@@ -87,6 +87,7 @@ class PackedVideo:
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
+        self._buf = None
         try:
             self._fd = os.open(self.path, os.O_RDONLY)
         except OSError as e:
@@ -97,13 +98,34 @@ class PackedVideo:
             self.close()
             raise
 
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str) -> "PackedVideo":
+        """A pack held in memory (e.g. one sample of a shard, :mod:`tsm_ds.data.shards`).
+
+        Args:
+            data: the whole ``.jpack`` file's bytes.
+            name: what errors call it (a shard sample: ``<shard folder>!/<class>/<video>.jpack``).
+
+        Raises:
+            VideoDecodeError: as the constructor (not a pack, damaged index), naming ``name``.
+        """
+        self = cls.__new__(cls)
+        self.path, self._fd, self._buf = str(name), None, memoryview(data)
+        self._read_header()
+        return self
+
+    def _pread(self, size: int, offset: int) -> bytes:
+        if self._buf is not None:
+            return bytes(self._buf[offset:offset + size])
+        return os.pread(self._fd, size, offset)
+
     def _bad(self, what: str) -> VideoDecodeError:
         return VideoDecodeError(self.path, f"damaged pack: {what} (prepare the video again: "
                                            "tsm-ds prepare replaces it when it is deleted)")
 
     def _read_header(self) -> None:
-        size = os.fstat(self._fd).st_size
-        head = os.pread(self._fd, _FIRST_READ, 0)
+        size = len(self._buf) if self._buf is not None else os.fstat(self._fd).st_size
+        head = self._pread(_FIRST_READ, 0)
         if len(head) < _HEADER.size or head[:8] != PACK_MAGIC:
             raise self._bad(f"not a packed video (no {PACK_MAGIC!r} header)")
         _, version, n, w, h, meta_len, _ = _HEADER.unpack_from(head)
@@ -116,7 +138,7 @@ class PackedVideo:
         if need > size:
             raise self._bad(f"the index needs {need} bytes, the file has {size} (truncated)")
         if need > len(head):
-            head = os.pread(self._fd, need, 0)
+            head = self._pread(need, 0)
         offsets = np.frombuffer(head, dtype="<u8", count=n + 1, offset=_HEADER.size).astype(np.int64)
         if offsets[0] != need or offsets[-1] != size or np.any(np.diff(offsets) <= 0):
             why = ("truncated" if offsets[-1] > size else "extended" if offsets[-1] < size
@@ -132,6 +154,7 @@ class PackedVideo:
     def close(self) -> None:
         """Close the file (idempotent)."""
         fd, self._fd = getattr(self, "_fd", None), None
+        self._buf = None
         if fd is not None:
             os.close(fd)
 
@@ -165,7 +188,7 @@ class PackedVideo:
             while k + 1 < len(want) and want[k + 1] == want[k] + 1:
                 k += 1
             lo, hi = int(self.offsets[want[j]]), int(self.offsets[want[k] + 1])
-            buf = os.pread(self._fd, hi - lo, lo)
+            buf = self._pread(hi - lo, lo)
             if len(buf) != hi - lo:
                 raise self._bad(f"frames {want[j]}-{want[k]} are cut short")
             for i in want[j:k + 1]:
