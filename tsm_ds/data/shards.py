@@ -228,6 +228,8 @@ class ShardReader:
     Args:
         root: a local shard folder or ``s3://bucket/prefix``.
         cache_dir, max_mb: the local cache of remote shards (:func:`set_shard_cache`).
+        cache_chunks: remote chunks are fetched whole into the cache (default); False: litdata's
+            on-demand byte ranges of each sample, nothing cached.
 
     Attributes:
         reads: samples read by this process.
@@ -236,7 +238,8 @@ class ShardReader:
         FileNotFoundError / ValueError: as :func:`read_samples`, or an ``index.json`` that is not ours.
     """
 
-    def __init__(self, root: str, *, cache_dir: str | None = None, max_mb: float = DEFAULT_CACHE_MB):
+    def __init__(self, root: str, *, cache_dir: str | None = None, max_mb: float = DEFAULT_CACHE_MB,
+                 cache_chunks: bool = True):
         import hashlib
 
         from litdata import StreamingDataset
@@ -253,10 +256,21 @@ class ShardReader:
                                                   hashlib.sha1(root.encode()).hexdigest()[:12])
             os.makedirs(cache_dir, exist_ok=True)
             kw = dict(cache_dir=cache_dir, max_cache_size=f"{int(max_mb)}MB")
-            if os.environ.get("AWS_ENDPOINT_URL"):
-                kw["storage_options"] = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
+            endpoint = os.environ.get("AWS_ENDPOINT_URL")
+            if endpoint:
+                kw["storage_options"] = {"endpoint_url": endpoint}
+            if endpoint and endpoint.startswith("http://"):
+                # litdata 0.2.76 fetches whole chunks with obstore, whose S3 client it builds without
+                # allow_http: a plain-http endpoint fails ("builder error"). Its boto3 path reads them.
+                import litdata.streaming.downloader as _dl
+
+                _dl._OBSTORE_AVAILABLE = False
         self.cache_dir = cache_dir
         self._ds = StreamingDataset(root, shuffle=False, drop_last=False, **kw)
+        # litdata's random access fetches each sample's byte range anew (two requests a sample, no
+        # cache); whole chunks into the bounded cache serve the next epochs and the chunk's other
+        # samples from disk (README "Shards": requests per clip both ways)
+        self._ds._on_demand_bytes = not cache_chunks
         self._lock = threading.Lock()
         self.reads = 0
 
