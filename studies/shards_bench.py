@@ -60,17 +60,17 @@ def main(packs: Path) -> None:
                 break
             except Exception:
                 time.sleep(0.05)
-        c.create_bucket(Bucket="b")
+        c.create_bucket(Bucket="bench")
         for p in (packs / "shards").iterdir():
-            c.upload_file(str(p), "b", f"s/{p.name}")
+            c.upload_file(str(p), "bench", f"s/{p.name}")
         cache = packs.parent / "bench_cache"
         for cache_mb in (1000,):
             shards.set_shard_cache(str(cache), cache_mb)
             mark = len(log.read_text().splitlines())
-            cps, n = run("s3://b/s")
+            cps, n = run("s3://bench/s")
             lines = log.read_text().splitlines()[mark:]
-            gets = sum(1 for ln in lines if "GET /b/s/" in ln)
-            chunk_gets = sum(1 for ln in lines if "GET /b/s/chunk-" in ln)
+            gets = sum(1 for ln in lines if "GET /bench/s/" in ln)
+            chunk_gets = sum(1 for ln in lines if "GET /bench/s/chunk-" in ln)
             size = sum(p.stat().st_size for p in cache.rglob("chunk-*.bin"))
             rows.append([f"S3 (moto, 127.0.0.1), cache bound {cache_mb} MiB", f"{cps:.1f}",
                          f"{gets / n:.3f} GET ({gets} for {n} clips; {chunk_gets} chunk GETs)",
