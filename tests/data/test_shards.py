@@ -25,7 +25,7 @@ CLASSES = ("a", "b", "c")
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory):
     """3 classes x 3 small packs (12 frames of 40x48, each frame its own grey level), and their
-    shards (2 or 3 packs a shard) in OUT/shards."""
+    frames in shards of 20 kB (several shards) in OUT/shards."""
     out = tmp_path_factory.mktemp("packs")
     rows = []
     rng = np.random.default_rng(0)
@@ -38,7 +38,7 @@ def packs(tmp_path_factory):
             write_packed(out / rel, frames)
             rows.append((rel, c))
     info = shards.write_shards(out, rows, out / "shards", shard_mb=0.02, classes=list(CLASSES))
-    assert info["samples"] == 9 and info["shards"] >= 3
+    assert info["samples"] == 9 and info["frames"] == 9 * 12 and info["shards"] >= 3
     return out
 
 
@@ -71,14 +71,25 @@ def test_shard_items_equal_per_file_items(packs):
 
 
 def test_bad_sample_replaced_and_named(packs, tmp_path):
-    rows = [(f"{c}/v{v}.jpack", i) for i, c in enumerate(CLASSES) for v in range(3)]
-    bad = tmp_path / "src"
+    """A frame damaged inside a chunk (no JPEG SOI marker) is replaced like a bad video and named
+    <shard folder>!/<pack path>; a damaged pack is refused when the shards are written."""
     import shutil
 
-    shutil.copytree(packs, bad, ignore=shutil.ignore_patterns("shards"))
-    data = (bad / "b/v1.jpack").read_bytes()
-    (bad / "b/v1.jpack").write_bytes(data[:-100])    # truncated: the index does not end at the size
-    shards.write_shards(bad, rows, tmp_path / "shards", shard_mb=0.02, classes=list(CLASSES))
+    from tsm_ds.data.video import PackedVideo, VideoDecodeError
+
+    shutil.copytree(packs / "shards", tmp_path / "shards")
+    with PackedVideo(packs / "b/v1.jpack") as pv:
+        frames = pv.read_encoded(range(pv.num_frames))
+    hit = 0
+    for chunk in (tmp_path / "shards").glob("chunk-*.bin"):
+        data = bytearray(chunk.read_bytes())
+        for jpeg in frames.values():
+            at = data.find(jpeg)
+            if at >= 0:
+                data[at:at + 2] = b"\x00\x00"
+                hit += 1
+        chunk.write_bytes(bytes(data))
+    assert hit == len(frames)
     sp = resolve_split(data=tmp_path / "shards", val_fraction=0.0)
     ds, _ = build_datasets(sp, num_segments=2, img_size=24, seed=1)
     ds.warn_bad_files = False
@@ -86,8 +97,47 @@ def test_bad_sample_replaced_and_named(packs, tmp_path):
     item = ds[i]
     assert item["bad"] == 1
     (path, reason), = json.loads(item["bad_files"])
-    assert path == f"{tmp_path / 'shards'}{shards.SHARD_SEP}b/v1.jpack" and "truncated" in reason
+    assert path == f"{tmp_path / 'shards'}{shards.SHARD_SEP}b/v1.jpack" and "not a whole JPEG" in reason
     assert torch.equal(item["clip"], ds[i]["clip"])   # replaced deterministically
+
+    rows = [(f"{c}/v{v}.jpack", i) for i, c in enumerate(CLASSES) for v in range(3)]
+    bad = tmp_path / "src"
+    shutil.copytree(packs, bad, ignore=shutil.ignore_patterns("shards"))
+    (bad / "b/v1.jpack").write_bytes((bad / "b/v1.jpack").read_bytes()[:-100])
+    with pytest.raises(VideoDecodeError, match="v1.jpack.*truncated"):
+        shards.write_shards(bad, rows, tmp_path / "s2", shard_mb=0.02, classes=list(CLASSES))
+    assert not (tmp_path / "s2" / shards.SAMPLES_FILE).exists()
+
+
+def test_items_read_only_the_kept_frames(packs):
+    """One litdata sample per frame: a T=3 train item reads at most 3 samples (not the whole video)."""
+    sp = resolve_split(data=packs / "shards", val_fraction=0.0)
+    ds, _ = build_datasets(sp, num_segments=3, img_size=24, seed=2)
+    reader = shards.get_reader(str(packs / "shards"))
+    before = reader.samples
+    ds.set_epoch(0)
+    for i in range(len(ds)):
+        ds[i]
+    assert 0 < reader.samples - before <= 3 * len(ds)
+    rows, _ = shards._read_doc(str(packs / "shards"))
+    assert sum(r[3] for r in rows) == 9 * 12 and [r[2] for r in rows] == [12 * v for v in range(9)]
+
+
+def test_litdata_private_switch_still_there():
+    """The one private litdata attribute tsm_ds sets (shards._litdata_plain_http_s3): fails loudly
+    when a litdata upgrade removes it, so the plain-http S3 path is re-checked."""
+    import litdata
+    import litdata.streaming.downloader as dl
+
+    assert hasattr(dl, "_OBSTORE_AVAILABLE"), (
+        f"litdata {litdata.__version__} has no downloader._OBSTORE_AVAILABLE: re-check "
+        "tsm_ds.data.shards._litdata_plain_http_s3 (written for litdata 0.2.76)")
+    old = dl._OBSTORE_AVAILABLE
+    try:
+        shards._litdata_plain_http_s3()
+        assert not dl._OBSTORE_AVAILABLE
+    finally:
+        dl._OBSTORE_AVAILABLE = old
 
 
 def test_index_with_other_serializers_refused(packs, tmp_path):
@@ -95,7 +145,7 @@ def test_index_with_other_serializers_refused(packs, tmp_path):
 
     shutil.copytree(packs / "shards", tmp_path / "s")
     idx = json.loads((tmp_path / "s" / "index.json").read_text())
-    idx["config"]["data_format"] = ["str", "int", "pickle"]
+    idx["config"]["data_format"] = ["int", "int", "pickle"]
     (tmp_path / "s" / "index.json").write_text(json.dumps(idx))
     with pytest.raises(ValueError, match="nothing else is unpickled"):
         shards.ShardReader(str(tmp_path / "s"))
@@ -123,10 +173,11 @@ def test_sampler_drives_the_shard_reader_clip_count_and_resume(packs):
     counts = np.bincount(flat, minlength=n)
     assert counts.min() >= 1 and (counts > 1).sum() == world * len(ranks[0]) - n < world
     reader = shards.get_reader(str(packs / "shards"))
-    before = reader.reads
+    before, frames = reader.reads, reader.samples
     keys = [shards.split_shard_path(ds.records[i].path)[1] for i in ranks[0][:3]]
     got = [ds[i]["index"] for i in ranks[0][:3]]
     assert got == ranks[0][:3] and reader.reads - before == 3 and len(set(keys)) == 3
+    assert 3 <= reader.samples - frames <= 3 * 2   # 2 segments: at most 2 frames a video
     # resume after 2 micro-steps per rank of world 2, at world 1: the rest of the interleaved order
     done = 2
     whole = [ranks[k % world][k // world] for k in range(world * len(ranks[0]))]

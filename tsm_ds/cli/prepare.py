@@ -123,11 +123,16 @@ def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes) -> 
     """Write (or find already written) ``OUT/shards`` from the prepared packs; returns 0, or 2 with a
     message when a different shard folder is there."""
     from tsm_ds.data.shards import SAMPLES_FILE, read_samples, write_shards
+    from tsm_ds.data.video import VideoError
 
     folder = os.path.join(out_root, "shards")
     want = [(r["out"], int(r["label"])) for r in rows if r["status"] != "failed"]
     if os.path.isfile(os.path.join(folder, SAMPLES_FILE)):
-        keys, labels, _ = read_samples(folder)
+        try:
+            keys, labels, _ = read_samples(folder)
+        except ValueError as e:   # e.g. shards of an older layout (version 1: one sample per pack)
+            print(f"prepare: {e}; remove {folder} to write them again", file=sys.stderr)
+            return 2
         if list(zip(keys, labels)) == want:
             print(f"prepare: shards in {folder} already hold these {len(want)} packs (kept)")
             return 0
@@ -136,10 +141,10 @@ def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes) -> 
         return 2
     try:
         info = write_shards(out_root, want, folder, shard_mb=shard_mb, classes=classes)
-    except ValueError as e:
+    except (ValueError, VideoError) as e:   # a pack damaged since it was written is named
         print(f"prepare: {e}", file=sys.stderr)
         return 2
-    print(f"prepare: {info['samples']} packs in {info['shards']} shards of <= {shard_mb:g} MB in {folder} "
+    print(f"prepare: {info['samples']} packs ({info['frames']} frames) in {info['shards']} shards of <= {shard_mb:g} MB in {folder} "
           f"({info['bytes'] / 1e6:.1f} MB); train with --data {folder}")
     return 0
 

@@ -19,15 +19,24 @@ Which library does what (the README's "Shards" section has the evidence):
 A shard folder (local, or ``s3://bucket/prefix``; ``AWS_ENDPOINT_URL`` names an S3-compatible
 server) holds litdata's ``chunk-*.bin`` + ``index.json`` and our ``samples.json``::
 
-    {"format": "tsm_ds.shards", "version": 1, "classes": [names],
-     "samples": [[key, label], ...]}          # key: the pack's path relative to the prepare output
+    {"format": "tsm_ds.shards", "version": 2, "classes": [names],
+     "samples": [[key, label, first, frames, width, height], ...]}
 
-Sample ``i`` of the chunks is ``{"key": str, "label": int, "jpack": bytes}`` (the whole ``.jpack``
-file). A record of a shard sample has the path ``<shard folder>!/<key>``
+``key``: the pack's path relative to the prepare output; ``first``: the litdata sample index of the
+video's frame 0; ``frames``, ``width``, ``height``: the pack's header. One litdata sample is ONE
+JPEG frame, ``{"v": video number, "f": frame number, "jpeg": bytes}`` (the pack's frame bytes,
+unchanged): an item reads only the frames it keeps (8 for a T=8 train clip), never the whole video,
+and decodes them as :class:`~tsm_ds.data.video.PackedVideo` does (:class:`ShardVideo` is one), so
+the items are bit-identical to the per-file packs'. Measured against one sample per whole pack in
+the README ("Shards"). A record of a shard sample has the path ``<shard folder>!/<key>``
 (:data:`SHARD_SEP`): bad-sample messages name it like a bad video.
 
-Shard contents are data: only litdata's ``str`` / ``int`` / ``bytes`` serializers are accepted
+Shard contents are data: only litdata's ``int`` / ``int`` / ``bytes`` serializers are accepted
 (``index.json`` is checked before litdata reads it), so nothing in a shard is unpickled or run.
+
+litdata internals we depend on are in one place, :func:`_litdata_plain_http_s3` (tested by
+``tests/data/test_shards.py::test_litdata_private_switch_still_there``); everything else is its
+public API (``BinaryWriter``, ``StreamingDataset(batch_decode=0)[i]``, ``on_demand_bytes``).
 """
 from __future__ import annotations
 
@@ -36,11 +45,12 @@ import os
 import threading
 from pathlib import Path
 
+from tsm_ds.data.video.packed import PackedVideo
 from tsm_ds.utils.io import atomic_write_text
 
 __all__ = ["SHARD_SEP", "SAMPLES_FILE", "INDEX_FILE", "DEFAULT_CACHE_MB", "is_shard_path", "is_shard_source",
            "split_shard_path", "write_shards", "read_samples", "shard_records", "set_shard_cache",
-           "shard_cache", "ShardReader", "get_reader", "open_packed"]
+           "shard_cache", "ShardReader", "ShardVideo", "get_reader", "open_packed"]
 
 #: separates the shard folder from the sample key in a record path: ``<folder>!/<key>``
 SHARD_SEP = "!/"
@@ -50,8 +60,11 @@ SAMPLES_FILE = "samples.json"
 INDEX_FILE = "index.json"
 #: default bound of the local cache of remote shards (MiB)
 DEFAULT_CACHE_MB = 20480.0
-#: the only item layout accepted (litdata's serializers of key, label, jpack): nothing is unpickled
-_FORMATS = ["str", "int", "bytes"]
+#: the only item layout accepted (litdata's serializers of v, f, jpeg): nothing is unpickled
+_FORMATS = ["int", "int", "bytes"]
+#: samples.json version: 2 = one litdata sample per frame (1, one sample per whole pack, is gone)
+_VERSION = 2
+_SOI, _EOI = b"\xff\xd8", b"\xff\xd9"
 
 _cache = {"dir": None, "mb": DEFAULT_CACHE_MB}   # set by the commands from --shard-cache / --shard-cache-mb
 
@@ -110,23 +123,31 @@ def split_shard_path(path: str) -> tuple[str, str]:
 
 def write_shards(pack_root: str | os.PathLike, rows: list[tuple[str, int]], out_dir: str | os.PathLike, *,
                  shard_mb: float, classes: list[str] | None = None) -> dict:
-    """Write the packs ``rows`` into litdata chunks of about ``shard_mb`` MB under ``out_dir``.
+    """Write the frames of the packs ``rows`` into litdata chunks of about ``shard_mb`` MB under ``out_dir``.
+
+    Every frame of every pack becomes one litdata sample (its JPEG bytes, unchanged), in row order
+    then frame order; :data:`SAMPLES_FILE` records where each video's frames start and its header.
 
     Args:
         pack_root: the folder the rows' paths are relative to (``tsm-ds prepare``'s output).
-        rows: ``(relative .jpack path, label)`` in sample order (sample i = row i).
+        rows: ``(relative .jpack path, label)`` in video order (video v = row v).
         out_dir: the shard folder (created; must not hold shards already).
-        shard_mb: target shard size in MB (10^6 bytes); a pack larger than that gets a shard of its own.
+        shard_mb: target shard size in MB (10^6 bytes).
         classes: class names recorded in :data:`SAMPLES_FILE` (None: ``class_<i>``).
 
     Returns:
-        ``{"samples": n, "shards": number of chunk files, "bytes": total bytes of the chunks}``.
+        ``{"samples": videos, "frames": litdata samples, "shards": number of chunk files,
+        "bytes": total bytes of the chunks}``.
 
     Raises:
         ValueError: ``shard_mb`` <= 0 (names ``--shards``), no rows, or ``out_dir`` already holds shards.
-        OSError: a pack cannot be read, or ``out_dir`` is not writable.
+        VideoOpenError / VideoDecodeError: a pack cannot be read or is damaged (names it; nothing is
+            left half-written as shards: :data:`SAMPLES_FILE` is written last).
+        OSError: ``out_dir`` is not writable.
     """
     from litdata.streaming.writer import BinaryWriter
+
+    from tsm_ds.data.video import PackedVideo
 
     if not shard_mb > 0:
         raise ValueError(f"--shards {shard_mb}: give the shard size in MB, > 0")
@@ -137,18 +158,23 @@ def write_shards(pack_root: str | os.PathLike, rows: list[tuple[str, int]], out_
         raise ValueError(f"{out} already holds shards ({INDEX_FILE}); remove the folder to write them again")
     out.mkdir(parents=True, exist_ok=True)
     w = BinaryWriter(str(out), chunk_bytes=int(shard_mb * 1e6))
-    for i, (rel, label) in enumerate(rows):
-        data = Path(pack_root, rel).read_bytes()
-        w.add_item(i, {"key": str(rel), "label": int(label), "jpack": data})
+    table = []
+    i = 0
+    for v, (rel, label) in enumerate(rows):
+        with PackedVideo(Path(pack_root, rel)) as pv:   # checks the index and every frame's SOI / EOI
+            frames = pv.read_encoded(range(pv.num_frames))
+            table.append([str(rel), int(label), i, pv.num_frames, pv.width, pv.height])
+        for f in range(len(frames)):
+            w.add_item(i, {"v": v, "f": f, "jpeg": frames[f]})
+            i += 1
     w.done()
     w.merge(1)
     if classes is None:
         classes = [f"class_{i}" for i in range(1 + max(int(r[1]) for r in rows))]
     atomic_write_text(out / SAMPLES_FILE, json.dumps(
-        {"format": "tsm_ds.shards", "version": 1, "classes": list(classes),
-         "samples": [[str(r), int(lab)] for r, lab in rows]}) + "\n")
+        {"format": "tsm_ds.shards", "version": _VERSION, "classes": list(classes), "samples": table}) + "\n")
     chunks = [p for p in out.iterdir() if p.name.startswith("chunk-") and p.suffix == ".bin"]
-    return {"samples": len(rows), "shards": len(chunks), "bytes": sum(p.stat().st_size for p in chunks)}
+    return {"samples": len(rows), "frames": i, "shards": len(chunks), "bytes": sum(p.stat().st_size for p in chunks)}
 
 
 def _s3_get(url: str) -> bytes:
@@ -188,26 +214,31 @@ def _check_index(root: str, raw: bytes) -> None:
                          "tsm-ds prepare --shards (nothing else is unpickled)")
 
 
-def read_samples(root: str | os.PathLike) -> tuple[list[str], list[int], list[str]]:
-    """The sample list of a shard folder: ``(keys, labels, class names)``, sample i = ``keys[i]``.
-
-    Raises:
-        FileNotFoundError: no :data:`SAMPLES_FILE` (or the remote cannot be read; named).
-        ValueError: a file that is not a tsm_ds sample list (named).
-    """
-    root = str(root)
+def _read_doc(root: str) -> tuple[list[list], list[str]]:
+    """The rows ``[key, label, first, frames, width, height]`` of :data:`SAMPLES_FILE` and the class names."""
     raw = _read_file(root, SAMPLES_FILE)
     try:
         doc = json.loads(raw)
-        if doc.get("format") != "tsm_ds.shards" or doc.get("version") != 1:
-            raise ValueError(f"format {doc.get('format')!r} version {doc.get('version')!r}")
-        keys = [str(k) for k, _ in doc["samples"]]
-        labels = [int(lab) for _, lab in doc["samples"]]
+        if doc.get("format") != "tsm_ds.shards" or doc.get("version") != _VERSION:
+            raise ValueError(f"format {doc.get('format')!r} version {doc.get('version')!r}, this reader knows "
+                             f"version {_VERSION} (one sample per frame)")
+        rows = [[str(k), int(lab), int(a), int(n), int(w), int(h)] for k, lab, a, n, w, h in doc["samples"]]
         classes = [str(c) for c in doc["classes"]]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{root}/{SAMPLES_FILE}: not a tsm_ds shard sample list ({e}); write the shards "
                          "with tsm-ds prepare SRC OUT --shards MB") from None
-    return keys, labels, classes
+    return rows, classes
+
+
+def read_samples(root: str | os.PathLike) -> tuple[list[str], list[int], list[str]]:
+    """The sample list of a shard folder: ``(keys, labels, class names)``, video v = ``keys[v]``.
+
+    Raises:
+        FileNotFoundError: no :data:`SAMPLES_FILE` (or the remote cannot be read; named).
+        ValueError: a file that is not a tsm_ds sample list of this version (named).
+    """
+    rows, classes = _read_doc(str(root))
+    return [r[0] for r in rows], [r[1] for r in rows], classes
 
 
 def shard_records(root: str | os.PathLike) -> tuple[list, list[str]]:
@@ -222,17 +253,44 @@ def shard_records(root: str | os.PathLike) -> tuple[list, list[str]]:
     return recs, classes
 
 
+def _litdata_plain_http_s3() -> None:
+    """Make litdata 0.2.76 fetch S3 chunks with boto3 instead of obstore, for a plain-http endpoint.
+
+    litdata 0.2.76 builds obstore's ``S3Store`` itself (``downloader._build_obstore_s3_store``) from
+    the boto3 client's endpoint and region, without ``allow_http`` and without a way to pass client
+    options; obstore then refuses an ``http://`` endpoint ("builder error"), also with
+    ``AWS_ALLOW_HTTP=true`` in the environment (checked). litdata has no public switch for its
+    downloader; its boto3 path (taken when ``litdata.streaming.downloader._OBSTORE_AVAILABLE`` is
+    false) reads plain http. This is the ONLY private litdata attribute tsm_ds touches; when an
+    upgrade removes or renames it, ``test_litdata_private_switch_still_there`` fails. Only for
+    ``http://`` endpoints (tests, moto, a local MinIO); https endpoints keep obstore.
+
+    Raises:
+        RuntimeError: the attribute is gone (a litdata upgrade): names the version and what to check.
+    """
+    import litdata
+    import litdata.streaming.downloader as dl
+
+    if not hasattr(dl, "_OBSTORE_AVAILABLE"):
+        raise RuntimeError(f"litdata {litdata.__version__}: litdata.streaming.downloader._OBSTORE_AVAILABLE is gone "
+                           "(tsm_ds switched it off to read a plain-http S3 endpoint with boto3, written for "
+                           "litdata 0.2.76); check whether this litdata reads http:// endpoints itself and update "
+                           "tsm_ds.data.shards._litdata_plain_http_s3")
+    dl._OBSTORE_AVAILABLE = False
+
+
 class ShardReader:
-    """Sample bytes of one shard folder by key: litdata's ``StreamingDataset[i]`` under a lock.
+    """Frames of the videos of one shard folder: litdata's ``StreamingDataset[i]`` under a lock.
 
     Args:
         root: a local shard folder or ``s3://bucket/prefix``.
         cache_dir, max_mb: the local cache of remote shards (:func:`set_shard_cache`).
-        cache_chunks: remote chunks are fetched whole into the cache (default); False: litdata's
-            on-demand byte ranges of each sample, nothing cached.
+        cache_chunks: remote chunks are fetched whole into the cache (default; litdata stores the
+            chunks of a slice read, ``ds[i:i + 1]``, which is how every frame is read); False:
+            litdata's on-demand byte range of each frame (``ds[i]``), nothing cached.
 
     Attributes:
-        reads: samples read by this process.
+        reads: videos opened by this process (:meth:`video`); samples: frames (litdata samples) read.
 
     Raises:
         FileNotFoundError / ValueError: as :func:`read_samples`, or an ``index.json`` that is not ours.
@@ -246,8 +304,8 @@ class ShardReader:
 
         self.root = root
         _check_index(root, _read_file(root, INDEX_FILE))
-        keys, _, _ = read_samples(root)
-        self.index = {k: i for i, k in enumerate(keys)}
+        rows, _ = _read_doc(root)
+        self.index = {r[0]: (v, r[2], r[3], r[4], r[5]) for v, r in enumerate(rows)}
         kw = {}
         if _is_remote(root):
             import tempfile
@@ -260,44 +318,89 @@ class ShardReader:
             if endpoint:
                 kw["storage_options"] = {"endpoint_url": endpoint}
             if endpoint and endpoint.startswith("http://"):
-                # litdata 0.2.76 fetches whole chunks with obstore, whose S3 client it builds without
-                # allow_http: a plain-http endpoint fails ("builder error"). Its boto3 path reads them.
-                import litdata.streaming.downloader as _dl
-
-                _dl._OBSTORE_AVAILABLE = False
+                _litdata_plain_http_s3()
         self.cache_dir = cache_dir
-        self._ds = StreamingDataset(root, shuffle=False, drop_last=False, **kw)
-        # litdata's random access fetches each sample's byte range anew (two requests a sample, no
-        # cache); whole chunks into the bounded cache serve the next epochs and the chunk's other
-        # samples from disk (README "Shards": requests per clip both ways)
-        self._ds._on_demand_bytes = not cache_chunks
+        # batch_decode=0: deserialize only the requested sample. litdata's default ("auto")
+        # deserializes a window of up to 256 neighbours per read, for sequential iteration; under our
+        # random access by index that cost ~0.9 ms a read instead of ~0.012 ms (README "Shards").
+        self._ds = StreamingDataset(root, shuffle=False, drop_last=False, batch_decode=0, **kw)
+        self._slice = bool(cache_chunks)
         self._lock = threading.Lock()
         self.reads = 0
+        self.samples = 0
 
-    def read(self, key: str) -> bytes:
-        """The ``.jpack`` bytes of sample ``key``.
+    def video(self, key: str) -> "ShardVideo":
+        """The video ``key`` (its header from :data:`SAMPLES_FILE`; frames read on demand).
 
         Raises:
-            VideoOpenError: the key is not in the shards, or its chunk cannot be read / fetched
-                (named ``<root>!/<key>``); the dataset replaces the item like a bad video.
+            VideoOpenError: the key is not in the shards (named ``<root>!/<key>``).
         """
         from tsm_ds.data.video import VideoOpenError
 
         name = f"{self.root}{SHARD_SEP}{key}"
-        i = self.index.get(key)
-        if i is None:
+        entry = self.index.get(key)
+        if entry is None:
             raise VideoOpenError(name, f"not in {SAMPLES_FILE}")
+        self.reads += 1
+        v, first, n, w, h = entry
+        return ShardVideo(self, name, v, first, n, w, h)
+
+    def frame(self, name: str, v: int, first: int, f: int) -> bytes:
+        """The JPEG bytes of frame ``f`` of video number ``v`` (litdata sample ``first + f``).
+
+        Raises:
+            VideoOpenError: its chunk cannot be read / fetched, or the sample is not that frame
+                (the sample list and the chunks disagree); named ``name``.
+        """
+        from tsm_ds.data.video import VideoOpenError
+
+        i = first + f
         try:
             with self._lock:
-                item = self._ds[i]
+                item = self._ds[i:i + 1][0] if self._slice else self._ds[i]
         except Exception as e:   # litdata / botocore / OS errors: a missing or damaged chunk
-            raise VideoOpenError(name, f"cannot read its shard ({type(e).__name__}: {e})") from None
-        if not isinstance(item, dict) or item.get("key") != key or not isinstance(item.get("jpack"), (bytes, bytearray, memoryview)):
-            raise VideoOpenError(name, f"sample {i} of the chunks is not this key (got "
-                                       f"{item.get('key') if isinstance(item, dict) else type(item).__name__}); "
-                                       "the sample list and the chunks disagree")
-        self.reads += 1
-        return bytes(item["jpack"])
+            raise VideoOpenError(name, f"cannot read frame {f} from its shard ({type(e).__name__}: {e})") from None
+        if (not isinstance(item, dict) or item.get("v") != v or item.get("f") != f
+                or not isinstance(item.get("jpeg"), (bytes, bytearray, memoryview))):
+            got = (item.get("v"), item.get("f")) if isinstance(item, dict) else type(item).__name__
+            raise VideoOpenError(name, f"sample {i} of the chunks is not frame {f} of video {v} (got {got}); "
+                                       f"the sample list and the chunks disagree")
+        self.samples += 1
+        return bytes(item["jpeg"])
+
+
+class ShardVideo(PackedVideo):
+    """A video inside shards, read like a :class:`~tsm_ds.data.video.PackedVideo`: the header from
+    :data:`SAMPLES_FILE`, each kept frame one litdata sample, the same checks (whole JPEG: SOI /
+    EOI) and the same decoding (``PackedVideo.decode``), so items equal the per-file packs'.
+
+    Attributes:
+        path (``<root>!/<key>``), num_frames, width, height, meta (``{}``: the pack's metadata is not
+        kept in the shards; nothing reads it to decode).
+    """
+
+    def __init__(self, reader: ShardReader, name: str, v: int, first: int, n: int, w: int, h: int):
+        self.path, self._fd, self._buf, self.meta, self.offsets = name, None, None, {}, None
+        self.num_frames, self.width, self.height = n, w, h
+        self._reader, self._v, self._first = reader, v, first
+
+    def _bad(self, what: str):
+        from tsm_ds.data.video import VideoDecodeError
+
+        return VideoDecodeError(self.path, f"damaged shard sample: {what} (write the shards again: tsm-ds prepare "
+                                           "SRC OUT --shards MB into a new folder)")
+
+    def read_encoded(self, indices) -> dict[int, bytes]:
+        """The JPEG bytes of frames ``indices`` (clipped to [0, N - 1], repeats read once): one
+        litdata sample each. Raises VideoOpenError (chunk) / VideoDecodeError (not a whole JPEG)."""
+        n = self.num_frames
+        out: dict[int, bytes] = {}
+        for i in sorted({min(max(int(i), 0), n - 1) for i in indices}):
+            data = self._reader.frame(self.path, self._v, self._first, i)
+            if data[:2] != _SOI or data[-2:] != _EOI:
+                raise self._bad(f"frame {i} is not a whole JPEG image")
+            out[i] = data
+        return out
 
 
 _READERS: dict[tuple[int, str], ShardReader] = {}
@@ -313,19 +416,19 @@ def get_reader(root: str) -> ShardReader:
     return r
 
 
-def open_packed(path: str):
-    """The :class:`~tsm_ds.data.video.PackedVideo` of shard sample ``path`` (``<folder>!/<key>``),
-    held in memory.
+def open_packed(path: str) -> ShardVideo:
+    """The :class:`ShardVideo` of shard sample ``path`` (``<folder>!/<key>``): no frame is read
+    until ``read_encoded`` / ``decode``.
 
     Raises:
-        VideoOpenError: the shard or sample cannot be read. VideoDecodeError: a damaged pack
-        (both name ``path``; the dataset replaces the item like a bad video).
+        VideoOpenError: the shard folder or the sample cannot be read (names ``path``; the dataset
+        replaces the item like a bad video).
     """
-    from tsm_ds.data.video import PackedVideo, VideoOpenError
+    from tsm_ds.data.video import VideoOpenError
 
     root, key = split_shard_path(path)
     try:
         reader = get_reader(root)
     except (OSError, ValueError) as e:
         raise VideoOpenError(path, str(e)) from None
-    return PackedVideo.from_bytes(reader.read(key), path)
+    return reader.video(key)
