@@ -209,3 +209,42 @@ def test_packs_give_the_items_jpeg_folders_give(tmp_path, mode, kwargs):
         b.set_epoch(epoch)
         for i in range(len(packs)):
             assert a[i]["clip"].equal(b[i]["clip"]), (mode, epoch, i)
+
+
+def test_rerun_with_other_options_rewrites_packs_and_bad_src_is_a_message(tmp_path, capsys):
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    write_numbered_video(src / "one.mp4", 6, gop=6)
+    out = tmp_path / "out"
+    args = [str(tmp_path / "src"), str(out), "--short-side", "0", "--workers", "1"]
+    assert prepare_cli.main(args) == 0
+    assert prepare_cli.main(args + ["--quality", "60"]) == 0   # another quality: written again
+    report = json.loads((out / "prepare_report.json").read_text())
+    assert [r["status"] for r in report["files"]] == ["done"]
+    with P.PackedVideo(out / "a" / "one.jpack") as pv:
+        assert pv.meta["quality"] == 60
+    assert prepare_cli.main(args + ["--quality", "60"]) == 0   # the same options: kept
+    assert [r["status"] for r in json.loads((out / "prepare_report.json").read_text())["files"]] == [
+        "skipped (exists)"]
+    capsys.readouterr()
+    assert prepare_cli.main([str(tmp_path / "nowhere"), str(out)]) == 2
+    assert "nowhere" in capsys.readouterr().err
+    assert prepare_cli.main([str(src), str(out)]) == 2           # a class folder, not a tree of them
+    assert "no class folders" in capsys.readouterr().err
+
+
+def test_check_videos_full_reads_packs_with_the_pack_reader(tmp_path):
+    from tsm_ds.data.check import check_file
+
+    path = tmp_path / "v.jpack"
+    P.write_packed(path, _frames(9))
+    row = check_file(str(path), full=True)
+    assert (row["status"], row["num_frames"], row["decodable"]) == ("ok", 9, 9)
+    raw = bytearray(path.read_bytes())
+    offs = np.frombuffer(bytes(raw), "<u8", 10, 32)
+    # frame 4 (not one of the quick check's segment centres): markers kept, no image inside
+    raw[int(offs[4]) + 2:int(offs[5]) - 2] = bytes(int(offs[5]) - int(offs[4]) - 4)
+    path.write_bytes(bytes(raw))
+    assert check_file(str(path))["status"] == "ok"
+    row = check_file(str(path), full=True)
+    assert row["status"] == "partial" and row["decodable"] == 4 and "frame 4" in row["reason"]

@@ -77,10 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"prepare: {e}", file=sys.stderr)
         return 2
     classes = None
-    if p.list:
-        records = read_video_list(p.list, root=src_root)
-    else:
-        records, classes = read_class_folders(src_root)
+    try:
+        if p.list:
+            records = read_video_list(p.list, root=src_root)
+        else:
+            records, classes = read_class_folders(src_root)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+        print(f"tsm-ds prepare: {e} (SRC is a folder of class folders, <SRC>/<class>/<video>, or the root of "
+              f"--list's paths)", file=sys.stderr)
+        return 2
     if p.merge:
         expect = {f.split(".", 1)[1]: getattr(p, f.split(".", 1)[1]) for f in given
                   if f in ("prepare.mode", "prepare.short_side", "prepare.keyint", "prepare.crf", "prepare.preset",

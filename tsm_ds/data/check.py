@@ -43,7 +43,7 @@ def load_records(source: str, root: str | None = None):
 
 
 def check_file(path: str, num_frames: int | None = None, full: bool = False) -> dict:
-    """Check one video (or frame folder). Returns a flat dict: path, status, reason, num_frames
+    """Check one video (or frame folder, or pack: ``full`` decodes every frame with the pack reader). Returns a flat dict: path, status, reason, num_frames
     (packet count), decodable (frames decoded; full mode only), width, height, seekable."""
     from . import video as D
     from .sampling import tsn_val_indices
@@ -55,7 +55,7 @@ def check_file(path: str, num_frames: int | None = None, full: bool = False) -> 
         try:
             n = num_frames if (num_frames and os.path.isdir(path)) else D.count_frames(path)
             row["num_frames"] = n
-            if not os.path.isdir(path):
+            if not os.path.isdir(path) and not D.is_packed(path):   # packs: every frame is a keyframe
                 row["seekable"] = D.get_index(path).seekable
             st = D.DecodeStats()
             idx = sorted(set(tsn_val_indices(n, 8).tolist() + [n - 1]))
@@ -78,10 +78,19 @@ def check_file(path: str, num_frames: int | None = None, full: bool = False) -> 
 
 
 def _decode_everything(path: str) -> tuple[int, str]:
+    """Frames of ``path`` that decode, in order until the first that does not, and that error."""
     import av
 
     from . import video as D
 
+    if D.is_packed(path):   # the pack reader, frame by frame (FFmpeg would probe it as one JPEG)
+        with D.PackedVideo(path) as pv:
+            for i in range(pv.num_frames):
+                try:
+                    pv.decode_chw([i])
+                except D.VideoError as e:
+                    return i, f"{type(e).__name__}: {e.reason}"
+            return pv.num_frames, ""
     n, err = 0, ""
     c = D.open_video(path)
     try:

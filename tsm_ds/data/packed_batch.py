@@ -7,23 +7,25 @@ flip from the same (seed, epoch, index) streams as the decoding path and returns
 ``collate_fn``) gathers them into a :class:`PackedBatch`, and
 :func:`tsm_ds.data.transforms.normalize_batch` (which every consumer calls once per batch)
 decodes the whole batch in one torchvision ``decode_jpeg`` call on the decode device (nvJPEG on
-CUDA, libjpeg-turbo on CPU), then crops, resizes and flips there with
-:meth:`tsm_ds.data.transforms.ClipTransform.apply`. On CPU the result is bit-identical to the
-worker path (the same decoder and the same transform, tested).
+CUDA; on CPU the workers' decoder, simplejpeg), then crops, resizes and flips there with
+:meth:`tsm_ds.data.transforms.ClipTransform.apply_frames`. On CPU the result is bit-identical to
+the worker path (the same decoder and the same transform, tested) wherever the workers decode at
+full size, i.e. unless the stored frames are at least twice the size the crop needs (then the
+workers decode at a reduced DCT scale and draw the crop on that size, while the batch path
+decodes at full size: the same crop of the picture, slightly different pixels).
 
-A frame that does not decode in the batch call is decoded again alone on the CPU with Pillow
-(which conceals damaged entropy-coded data); when that fails too, it is replaced by the nearest
-decoded frame of the same clip and a RuntimeWarning names the file and frame; a clip none of
-whose frames decodes raises :class:`~tsm_ds.data.video.errors.VideoDecodeError` naming the file.
-(Truncated or damaged packs are caught earlier, in the worker, and replaced like bad videos.)
+Truncated packs and frames without JPEG start / end markers are caught in the worker and the item
+is replaced like a bad video. A frame that does not decode in the batch (damage inside it: the
+CPU decode is strict; on CUDA a failed batch is decoded frame by frame, then strictly on the CPU)
+is replaced by the nearest decoded frame of the same clip, and a RuntimeWarning names the file;
+a clip none of whose frames decodes raises :class:`~tsm_ds.data.video.errors.VideoDecodeError`
+naming the file.
 """
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from .video.errors import VideoDecodeError, warn_once
@@ -124,12 +126,13 @@ class PackedBatch:
 
         flat = [f for c in self.clips for f in c.frames]
         dev = self.decode_device
-        try:
-            images = decode_jpeg_batch(flat, dev)
-        except RuntimeError:
-            images = [None] * len(flat)
-            for i, f in enumerate(flat):
-                images[i] = _decode_alone(f, dev)
+        if dev == "cpu":   # the workers' decoder (strict: a damaged frame fails, it is not decoded)
+            images = [_decode_strict(f) for f in flat]
+        else:
+            try:
+                images = decode_jpeg_batch(flat, dev)
+            except RuntimeError:
+                images = [_decode_alone(f, dev) for f in flat]
         out, j = [], 0
         for c in self.clips:
             imgs = _fill_missing(images[j:j + len(c.frames)], c.path)
@@ -140,21 +143,27 @@ class PackedBatch:
         return torch.stack(out)
 
 
+def _decode_strict(data: bytes) -> torch.Tensor | None:
+    """One JPEG on the CPU as the workers decode it (simplejpeg, strict: the pixels of
+    torchvision's decoder, and an error instead of a damaged picture); None when it fails."""
+    from .video.packed import _decode_one_chw
+
+    try:
+        return _decode_one_chw(data, 1)
+    except Exception:
+        return None
+
+
 def _decode_alone(data: bytes, device: str) -> torch.Tensor | None:
-    """One JPEG on ``device``; on failure Pillow on the CPU (tolerant); None when neither can."""
+    """One JPEG on ``device``; on failure strictly on the CPU (:func:`_decode_strict`) and moved
+    there; None when neither can."""
     from .video.packed import decode_jpeg_batch
 
     try:
         return decode_jpeg_batch([data], device)[0]
     except RuntimeError:
-        pass
-    try:
-        from PIL import Image
-
-        arr = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-        return torch.from_numpy(arr.copy()).permute(2, 0, 1).to(device)
-    except Exception:
-        return None
+        img = _decode_strict(data)
+        return None if img is None else img.to(device)
 
 
 def _fill_missing(images: list, path: str) -> list:
@@ -165,8 +174,9 @@ def _fill_missing(images: list, path: str) -> list:
     if len(ok) == len(images):
         return images
     bad = [i for i in range(len(images)) if images[i] is None]
-    warn_once(path, "batch-decode", f"{path}: {len(bad)} of the clip's frames do not decode; each is "
-                                    "replaced by the nearest frame that does")
+    warn_once(path, "batch-decode", f"{path}: {len(bad)} of the clip's {len(images)} frames do not decode "
+                                    f"(damaged pack: prepare it again); each is replaced by the nearest "
+                                    "frame that does")
     return [im if im is not None else images[min(ok, key=lambda k: abs(k - i))]
             for i, im in enumerate(images)]
 

@@ -49,8 +49,10 @@ paths relative to OUT), ``OUT/classes.txt`` for class-folder input.
 
 Resuming: each output is written under a temporary name and renamed when complete, so an
 interrupted run leaves no half-written output and a rerun skips what is done (a pack that exists
-but whose header is damaged is written again). Files that cannot be read are skipped and listed
-in ``OUT/prepare_report.json`` (and printed); nothing is dropped silently. Runs ``workers``
+but whose header or index is damaged, or that was written with another ``--short-side`` or
+``--quality``, is written again; damage inside a frame is found when the frame is read: the item
+is replaced and the file named, and deleting the pack makes the next prepare write it again).
+Files that cannot be read are skipped and listed in ``OUT/prepare_report.json`` (and printed); nothing is dropped silently. Runs ``workers``
 processes with a tqdm progress bar.
 """
 from __future__ import annotations
@@ -324,6 +326,21 @@ def _remove_stale_temporaries(dst: str) -> int:
     return removed
 
 
+def _die_with_parent() -> None:
+    """Pool worker initializer: on Linux, the kernel sends the worker SIGTERM when the process that
+    started it dies (``prctl(PR_SET_DEATHSIG)``), so a killed ``tsm-ds prepare`` leaves no worker
+    writing into OUT. Elsewhere nothing."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))   # 1 = PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
 def _job(args) -> dict:
     src, rel, label, out_root, mode, opts = args
     from . import video as D
@@ -336,9 +353,14 @@ def _job(args) -> dict:
     row[TEMP_KEY] = _remove_stale_temporaries(dst)
     try:
         if mode == "packed":
+            want = {"short_side": opts["short_side"], "quality": opts.get("quality", 90)}
             try:
-                row["num_frames"] = D.packed_count(dst) if os.path.isfile(dst) else None
-                row["status"] = "skipped (exists)"
+                if os.path.isfile(dst):
+                    with D.PackedVideo(dst) as pv:
+                        # a pack of other options (--short-side, --quality) is written again
+                        same = all(pv.meta.get(k) == v for k, v in want.items())
+                        row["num_frames"] = pv.num_frames if same else None
+                    row["status"] = "skipped (exists)"
             except D.VideoError:   # a damaged pack (e.g. copied in part): written again
                 row["num_frames"] = None
             if row["num_frames"] is None:
@@ -396,7 +418,7 @@ def prepare_rows(records, src_root: str, out_root: str, *, mode: str = "packed",
             rel = os.path.basename(r.path)
         jobs.append((r.path, rel, r.label, out_root, mode, opts))
     if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(workers) as ex:
+        with ProcessPoolExecutor(workers, initializer=_die_with_parent) as ex:
             rows = list(tqdm(ex.map(_job, jobs), total=len(jobs), desc="prepare", unit="file",
                              disable=not progress))
     else:

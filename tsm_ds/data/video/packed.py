@@ -18,7 +18,7 @@ Layout (``.jpack``, all integers little-endian)::
     28         reserved    uint32   0
     32         offsets     (N + 1) x uint64: frame i is bytes [offsets[i], offsets[i + 1]) of the
                            file; offsets[0] = 32 + 8 (N + 1) + meta_len, offsets[N] = file size
-    ...        meta        UTF-8 JSON: {"source", "fps", "quality", "short_side", ...}, data only
+    ...        meta        UTF-8 JSON: {"source", "short_side", "quality"} (prepare writes these), data only
     offsets[0] frames      N baseline JPEG images (RGB, 4:2:0), frame i = presentation frame i
 
 Frame ``i`` is the i-th frame in presentation order, counted from 0, as everywhere in
