@@ -248,3 +248,27 @@ def test_check_videos_full_reads_packs_with_the_pack_reader(tmp_path):
     assert check_file(str(path))["status"] == "ok"
     row = check_file(str(path), full=True)
     assert row["status"] == "partial" and row["decodable"] == 4 and "frame 4" in row["reason"]
+
+
+def test_evaluation_leaves_out_items_of_unreadable_files(tmp_path):
+    """An unreadable pack's item holds another video's clip and label: scoring it would count that
+    video twice, once under the bad file's name. Evaluation leaves it out and names it."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from tsm_ds.data.records import VideoRecord
+    from tsm_ds.engine.evaluate import gather_predictions
+
+    recs = []
+    for v in range(4):
+        path = tmp_path / f"v{v}.jpack"
+        P.write_packed(path, _frames(8))
+        recs.append(VideoRecord(str(path), v))
+    (tmp_path / "v2.jpack").write_bytes(b"not a pack")
+    ds = VideoClipDataset(recs, mode="val", num_segments=2, img_size=32)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(4))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        idx, scores, labels = gather_predictions(model, DataLoader(ds, batch_size=2))
+    assert idx.tolist() == [0, 1, 3] and labels.tolist() == [0, 1, 3] and scores.shape == (3, 4)
+    assert any("left out" in str(x.message) and "v2.jpack" in str(x.message) for x in w)

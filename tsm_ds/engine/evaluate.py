@@ -74,7 +74,9 @@ def gather_predictions(model, loader, *, forward: Callable | None = None, normal
     Returns:
         (indices int64 (M,), scores float32 (M, num_classes), labels int64 (M,)), sorted by index,
         identical on every rank; M = number of distinct dataset samples seen (the dataset size
-        when the sampler covers it).
+        when the sampler covers it), less the items whose file was unreadable (``batch["bad"]`` >
+        0: the dataset replaced their clip and label by another video's): those are left out, and a
+        RuntimeWarning on each rank names them.
 
     Raises:
         KeyError: a batch without ``"index"`` (padding could not be removed).
@@ -86,16 +88,24 @@ def gather_predictions(model, loader, *, forward: Callable | None = None, normal
     dev = param.device if param is not None else None
     was_training = model.training
     model.eval()
-    idx_l, sc_l, lab_l = [], [], []
+    idx_l, sc_l, lab_l, left_out = [], [], [], []
     try:
         for batch in loader:
             if "index" not in batch:
                 raise KeyError("evaluation batches need an 'index' entry (the dataset index of each "
                                "sample) so that DistributedSampler padding is not counted twice")
-            scores = forward(model, normalize_batch(batch["clip"], mean, std, dev))
-            idx_l.append(torch.as_tensor(batch["index"]).long().reshape(-1))
-            sc_l.append(scores.detach().float().cpu())
-            lab_l.append(torch.as_tensor(batch["label"]).long().reshape(-1))
+            scores = forward(model, normalize_batch(batch["clip"], mean, std, dev)).detach().float().cpu()
+            index = torch.as_tensor(batch["index"]).long().reshape(-1)
+            label = torch.as_tensor(batch["label"]).long().reshape(-1)
+            # an item whose file was unreadable holds another video's clip and label (the dataset's
+            # replacement): it is left out, so that no video is scored twice or under another's name
+            ok = torch.as_tensor(batch.get("bad", torch.zeros_like(index))).reshape(-1) == 0
+            if not bool(ok.all()):
+                left_out.extend(f"{int(i)}: {f}" for i, f, o in zip(index, batch.get("bad_files", [""] * len(ok)), ok)
+                                if not o)
+            idx_l.append(index[ok])
+            sc_l.append(scores[ok])
+            lab_l.append(label[ok])
     finally:
         model.train(was_training)
     if sc_l:
@@ -110,6 +120,11 @@ def gather_predictions(model, loader, *, forward: Callable | None = None, normal
         c = c.cpu()
         if sc.shape[1] != int(c):
             sc = torch.zeros(0, int(c))
+    if left_out:
+        import warnings
+
+        warnings.warn(f"evaluation: {len(left_out)} item(s) of unreadable files are left out of the scores "
+                      f"(index: [file, reason] ...): {'; '.join(left_out[:5])}", RuntimeWarning, stacklevel=2)
     idx, sc, lab = _gather_varlen(idx), _gather_varlen(sc), _gather_varlen(lab)
     order = torch.argsort(idx, stable=True)
     idx, sc, lab = idx[order], sc[order], lab[order]
