@@ -149,6 +149,8 @@ def test_index_with_other_serializers_refused(packs, tmp_path):
     (tmp_path / "s" / "index.json").write_text(json.dumps(idx))
     with pytest.raises(ValueError, match="nothing else is unpickled"):
         shards.ShardReader(str(tmp_path / "s"))
+    with pytest.raises(ValueError, match="nothing else is unpickled"):   # at start-up, in the main process
+        shards.shard_records(str(tmp_path / "s"))
 
 
 def test_sampler_drives_the_shard_reader_clip_count_and_resume(packs):

@@ -243,11 +243,13 @@ def read_samples(root: str | os.PathLike) -> tuple[list[str], list[int], list[st
 
 def shard_records(root: str | os.PathLike) -> tuple[list, list[str]]:
     """Records of every sample of a shard folder (path ``<root>!/<key>``), sorted by key (the order
-    of ``read_class_folders`` on the packs), and the class names. Raises as :func:`read_samples`."""
+    of ``read_class_folders`` on the packs), and the class names. Raises as :func:`read_samples`,
+    and ValueError for an ``index.json`` that is not ours (checked before any reader opens it)."""
     from tsm_ds.data.records import VideoRecord
 
     root = str(root) if _is_remote(str(root)) else os.path.abspath(root)
     keys, labels, classes = read_samples(root)
+    _check_index(root, _read_file(root, INDEX_FILE))   # refused here, at start-up, not in every worker
     recs = [VideoRecord(f"{root}{SHARD_SEP}{k}", lab) for k, lab in zip(keys, labels)]
     recs.sort(key=lambda r: r.path)
     return recs, classes
