@@ -272,3 +272,16 @@ def test_evaluation_leaves_out_items_of_unreadable_files(tmp_path):
         idx, scores, labels = gather_predictions(model, DataLoader(ds, batch_size=2))
     assert idx.tolist() == [0, 1, 3] and labels.tolist() == [0, 1, 3] and scores.shape == (3, 4)
     assert any("left out" in str(x.message) and "v2.jpack" in str(x.message) for x in w)
+
+
+def test_a_source_that_decodes_part_way_is_packed_and_reported(shared_data, tmp_path, capsys):
+    import shutil
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    shutil.copy(shared_data / "edge_cases" / "decord_corrupted.mp4", tmp_path / "src" / "a")
+    assert prepare_cli.main([str(tmp_path / "src"), str(tmp_path / "out"), "--workers", "1"]) == 0
+    (row,) = json.loads((tmp_path / "out" / "prepare_report.json").read_text())["files"]
+    # the manifest: 50 frames declared, 28 decode, then InvalidDataError
+    assert row["status"] == "done" and row["num_frames"] == 28
+    assert row["reason"].startswith("partial source") and "decode error" in row["reason"]
+    assert "partial" in capsys.readouterr().out

@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in rows if r["status"] == "failed"]
     for r in failed:
         print(f"  failed {r['src']}: {r['reason']}")
+    for r in rows:   # kept, but only the frames before a decode error
+        if r["status"] != "failed" and r["reason"].startswith("partial source"):
+            print(f"  partial {r['src']}: {r['num_frames']} frames kept ({r['reason']})")
     if p.shards is not None and part is None:
         code = _write_shards(out_root, rows, p.shards, classes)
         if code:

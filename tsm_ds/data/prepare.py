@@ -341,6 +341,18 @@ def _die_with_parent() -> None:
             pass
 
 
+@contextlib.contextmanager
+def _noted(row: dict):
+    """Run a prepare step with warnings caught: a source that decodes only part-way ("decode error,
+    keeping the frames before it") is kept, and the row's reason says so (status stays done)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    notes = [str(w.message) for w in caught if "decode error" in str(w.message)]
+    if notes:
+        row["reason"] = f"partial source, {notes[0]}"
+
+
 def _job(args) -> dict:
     src, rel, label, out_root, mode, opts = args
     from . import video as D
@@ -365,8 +377,7 @@ def _job(args) -> dict:
                 row["num_frames"] = None
             if row["num_frames"] is None:
                 row["status"] = "done"
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
+                with _noted(row):
                     row["num_frames"] = pack_video(src, dst, short_side=opts["short_side"],
                                                    quality=opts.get("quality", 90))
         elif mode == "video":
@@ -374,16 +385,14 @@ def _job(args) -> dict:
                 row["status"] = "skipped (exists)"
                 row["num_frames"] = D.count_frames(dst)
             else:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
+                with _noted(row):
                     row["num_frames"] = prepare_video(src, dst, **opts)
         else:
             if os.path.isdir(dst):
                 row["status"] = "skipped (exists)"
                 row["num_frames"] = D.frame_folder_count(dst)
             else:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
+                with _noted(row):
                     row["num_frames"] = extract_frames(src, dst, short_side=opts["short_side"],
                                                        quality=opts.get("quality", 90))
     except Exception as e:  # report, never stop the whole run
