@@ -39,7 +39,7 @@ setup(
         "export": ["onnx", "onnxscript", "onnxruntime"],
         # shards (issue 30): litdata writes and reads them (local or S3); moto's server is the
         # S3-compatible server of the tests (README "Shards")
-        "shards": ["litdata==0.2.76", "boto3", "moto[server]==5.2.5"],
+        "shards": ["litdata==0.2.76", "boto3==1.44.8", "moto[server]==5.2.5"],
     },
     entry_points={"console_scripts": ["tsm-ds=tsm_ds.cli:main"]},
 )
