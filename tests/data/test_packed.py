@@ -285,3 +285,13 @@ def test_a_source_that_decodes_part_way_is_packed_and_reported(shared_data, tmp_
     assert row["status"] == "done" and row["num_frames"] == 28
     assert row["reason"].startswith("partial source") and "decode error" in row["reason"]
     assert "partial" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--mode", "video", "--quality", "50"], "--quality applies to --mode packed / frames only"),
+    (["--keyint", "16"], "--keyint applies to --mode video only, not --mode packed"),
+    (["--mode", "frames", "--crf", "20", "--tune", "none"], "--crf, --tune applies to --mode video only"),
+])
+def test_prepare_refuses_options_of_another_mode(tmp_path, capsys, args, words):
+    assert prepare_cli.main([str(tmp_path), str(tmp_path / "out"), *args]) == 2
+    assert words in capsys.readouterr().err

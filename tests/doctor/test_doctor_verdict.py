@@ -76,7 +76,7 @@ def test_data_bound_on_stored_ratios(tmp_path):
     assert v["train_clips_per_s"] == 1.25
     texts = " | ".join(a["text"] for a in v["advice"])
     assert "needs 7 loader workers per device" in texts and "2 core(s) per device" in texts
-    assert "--short-side 256 --keyint 16" in texts and "x3.1 loader clips/s on a sample of 3" in texts
+    assert "tsm-ds prepare SRC OUT --short-side 256`" in texts and "x3.1 loader clips/s on a sample of 3" in texts
     assert "x0.60 of the slower" in texts and "deepspeed --num_gpus 2" in texts
     # stored, written, parsed back: every factor in the advice equals the ratio in the JSON
     report = build_report(DoctorSettings().as_dict(), res)

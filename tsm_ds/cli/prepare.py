@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         print("tsm-ds prepare: --shards with --part: the shards are written once, at --merge (give --shards there)",
               file=sys.stderr)
         return 2
+    # options of another mode would be ignored: say so instead
+    only = {"video": ("keyint", "crf", "preset", "tune"), "packed frames": ("quality",)}
+    for modes, names in only.items():
+        stray = [f"--{n.replace('_', '-')}" for n in names if f"prepare.{n}" in given and p.mode not in modes.split()]
+        if stray:
+            print(f"tsm-ds prepare: {', '.join(stray)} applies to --mode {modes.replace(' ', ' / ')} only, not "
+                  f"--mode {p.mode}: drop it or choose that mode", file=sys.stderr)
+            return 2
     src_root = os.path.abspath(p.src)
     out_root = os.path.abspath(p.out)
     opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset, "tune": p.tune}

@@ -115,7 +115,7 @@ def _advice(results: dict, v: dict[str, Any], cuda: bool) -> list[dict[str, Any]
                               f"core(s) per device"))
         if "reencode_speedup" in d:
             if d["reencode_speedup"] >= GAIN:
-                cmd = d.get("reencode_command", "tsm-ds prepare SRC OUT --short-side 256 --keyint 16")
+                cmd = d.get("reencode_command", "tsm-ds prepare SRC OUT --short-side 256")
                 t = (f"prepare with `{cmd}` and train on OUT: "
                      f"{a.n('data', 'reencode_speedup')} loader clips/s on a sample of "
                      f"{a.n('data', 'reencode_clips', 'count')} of your clips")
@@ -123,7 +123,7 @@ def _advice(results: dict, v: dict[str, Any], cuda: bool) -> list[dict[str, Any]
                     t += f" (then {a.n('data', 'workers_needed_reencoded', 'count')} workers per device)"
                 out.append(a.done(t))
             else:
-                out.append(a.done(f"preparing (`{d.get('reencode_command', '--short-side 256 --keyint 16')}`) measured "
+                out.append(a.done(f"preparing (`{d.get('reencode_command', 'tsm-ds prepare SRC OUT --short-side 256')}`) measured "
                                   f"{a.n('data', 'reencode_speedup')} on a sample: these files are already cheap "
                                   f"to decode; fewer frames per clip (--num-segments), a smaller --img-size or "
                                   f"more cores per device are what is left"))
