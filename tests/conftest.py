@@ -40,3 +40,47 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture()
+def moto_s3(tmp_path, monkeypatch):
+    """moto's S3-compatible server on 127.0.0.1 (a free port), the ``AWS_*`` variables set for it.
+
+    Yields ``upload(folder, prefix) -> "s3://data/<prefix>"`` (every file of ``folder`` put under
+    bucket ``data``); the server's request log is ``tmp_path / "moto.log"``. The server is stopped
+    by its PID at the end."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("moto")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(tmp_path / "moto.log", "w") as f:
+        srv = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=f, stderr=subprocess.STDOUT)
+    for k, v in dict(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1",
+                     AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ALLOW_HTTP="true").items():
+        monkeypatch.setenv(k, v)
+    try:
+        c = boto3.client("s3")
+        for _ in range(200):
+            try:
+                c.list_buckets()
+                break
+            except Exception:
+                time.sleep(0.05)
+        c.create_bucket(Bucket="data")
+
+        def upload(folder: Path, prefix: str) -> str:
+            for p in Path(folder).iterdir():
+                c.upload_file(str(p), "data", f"{prefix}/{p.name}")
+            return f"s3://data/{prefix}"
+
+        yield upload
+    finally:
+        srv.terminate()
+        srv.wait(10)

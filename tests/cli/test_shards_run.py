@@ -4,23 +4,20 @@ and ``tsm-ds eval`` of the local-shard run scores the same from the shards as fr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from test_train_launcher import _free_port, _launch, _result   # noqa: E402  (tests/cli on sys.path)
+from test_train_launcher import _launch, _result   # noqa: E402  (tests/cli on sys.path)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_two_ranks_from_local_and_s3_shards_eval_equals_packs(shared_data, tmp_path, monkeypatch):
+def test_two_ranks_from_local_and_s3_shards_eval_equals_packs(shared_data, tmp_path, moto_s3):
     pytest.importorskip("litdata")
-    boto3 = pytest.importorskip("boto3")
     from tsm_ds.cli import prepare as prepare_cli
 
     packs = tmp_path / "packs"
@@ -34,30 +31,9 @@ def test_two_ranks_from_local_and_s3_shards_eval_equals_packs(shared_data, tmp_p
                             tmp_path / "local.log"))
     assert local["steps"] == 2 and local["val_clips"] > 0
 
-    port = _free_port()
-    env = dict(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1",
-               AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    srv = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(200):
-            try:
-                c = boto3.client("s3")
-                c.list_buckets()
-                break
-            except Exception:
-                time.sleep(0.05)
-        c.create_bucket(Bucket="data")
-        for p in (packs / "shards").iterdir():
-            c.upload_file(str(p), "data", f"shards/{p.name}")
-        remote = _result(_launch(["tsm_ds/train.py"], common + [
-            "--data", "s3://data/shards", "--run-name", "s3", "--shard-cache", str(tmp_path / "cache"),
-            "--shard-cache-mb", "64"], tmp_path / "s3.log"))
-    finally:
-        srv.terminate()
-        srv.wait(10)
+    remote = _result(_launch(["tsm_ds/train.py"], common + [
+        "--data", moto_s3(packs / "shards", "shards"), "--run-name", "s3", "--shard-cache", str(tmp_path / "cache"),
+        "--shard-cache-mb", "64"], tmp_path / "s3.log"))
     assert remote["steps"] == 2
     assert remote["val_top1"] == local["val_top1"] and remote["val_clips"] == local["val_clips"]
     assert sum(p.stat().st_size for p in (tmp_path / "cache").rglob("chunk-*.bin")) <= 64 * 2**20

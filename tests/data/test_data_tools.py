@@ -12,18 +12,7 @@ from tsm_ds.cli import prepare as prepare_cli
 from tsm_ds.data import check
 from tsm_ds.data import video as D
 from tsm_ds.data.records import read_video_list
-from tsm_ds.data.testvideo import read_number, write_numbered_video
-
-
-@pytest.fixture()
-def tree(tmp_path):
-    src = tmp_path / "src"
-    (src / "a").mkdir(parents=True)
-    (src / "b").mkdir()
-    write_numbered_video(src / "a" / "one.mp4", 20, gop=20, bframes=2)
-    write_numbered_video(src / "b" / "two.avi", 13, codec="mpeg4", gop=13, bframes=0)
-    (src / "b" / "broken.mp4").write_bytes(b"\x00\x01" * 500)
-    return src
+from tsm_ds.data.testvideo import read_number
 
 
 def test_prepare_video_mode_resumes_and_reports_bad_files(tree, tmp_path, capsys):

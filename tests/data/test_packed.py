@@ -123,13 +123,8 @@ def test_dct_scale_only_where_frames_exceed_the_need(tmp_path):
     assert np.abs(avg - half[0]).mean() < 6
 
 
-def test_prepare_packed_is_the_default_mode_resumes_and_rewrites_damage(tmp_path, capsys):
-    src = tmp_path / "src"
-    (src / "a").mkdir(parents=True)
-    (src / "b").mkdir()
-    write_numbered_video(src / "a" / "one.mp4", 20, gop=20, bframes=2)
-    write_numbered_video(src / "b" / "two.avi", 13, codec="mpeg4", gop=13, bframes=0)
-    (src / "b" / "broken.mp4").write_bytes(b"\x00\x01" * 500)
+def test_prepare_packed_is_the_default_mode_resumes_and_rewrites_damage(tree, tmp_path, capsys):
+    src = tree
     out = tmp_path / "out"
     assert prepare_cli.main([str(src), str(out), "--short-side", "0", "--workers", "1"]) == 1
     report = json.loads((out / "prepare_report.json").read_text())

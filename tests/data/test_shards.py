@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -188,43 +184,16 @@ def test_sampler_drives_the_shard_reader_clip_count_and_resume(packs):
     assert sorted(set(rest) | set(whole[:done * world])) == list(range(n))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
-def s3(packs, tmp_path, monkeypatch):
-    """moto's S3-compatible server on 127.0.0.1 holding the shards at s3://data/shards; yields the
-    URL and the server's request log."""
-    boto3 = pytest.importorskip("boto3")
-    pytest.importorskip("moto")
-    port = _free_port()
-    log = tmp_path / "moto.log"
-    with open(log, "w") as f:
-        srv = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=f, stderr=subprocess.STDOUT)
-    for k, v in dict(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1",
-                     AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ALLOW_HTTP="true").items():
-        monkeypatch.setenv(k, v)
+def s3(packs, tmp_path, moto_s3):
+    """The shards at s3://data/shards on moto's server (conftest ``moto_s3``); yields the URL and
+    the server's request log."""
+    url = moto_s3(packs / "shards", "shards")
+    shards.set_shard_cache(str(tmp_path / "cache"), 1000)
     try:
-        for _ in range(200):
-            try:
-                c = boto3.client("s3")
-                c.list_buckets()
-                break
-            except Exception:
-                time.sleep(0.05)
-        c.create_bucket(Bucket="data")
-        for p in (packs / "shards").iterdir():
-            c.upload_file(str(p), "data", f"shards/{p.name}")
-        shards.set_shard_cache(str(tmp_path / "cache"), 1000)
-        yield "s3://data/shards", log
+        yield url, tmp_path / "moto.log"
     finally:
         shards.set_shard_cache(None, shards.DEFAULT_CACHE_MB)
-        srv.terminate()
-        srv.wait(10)
 
 
 def test_items_from_s3_server_equal_per_file(packs, s3, tmp_path):

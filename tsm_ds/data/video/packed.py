@@ -212,11 +212,9 @@ class PackedVideo:
         Raises:
             ValueError: no indices. VideoDecodeError: a damaged frame (names the file and frame).
         """
-        import torch
-
         idx = [min(max(int(i), 0), self.num_frames - 1) for i in indices]
         if not idx:
-            raise ValueError("PackedVideo.decode_chw: no indices requested")
+            raise ValueError("PackedVideo.decode: no indices requested")
         enc = self.read_encoded(idx)
         scale = dct_scale_for(self.width, self.height, short_side)
         frames = {}
@@ -229,7 +227,6 @@ class PackedVideo:
         for i, f in frames.items():
             if f.shape != size:
                 raise self._bad(f"frame {i} is {f.shape[2]}x{f.shape[1]}, frame {idx[0]} {size[2]}x{size[1]}")
-        del torch
         return [frames[i] for i in idx]
 
     def decode(self, indices: Sequence[int], *, short_side: int | None = None) -> np.ndarray:
@@ -248,25 +245,8 @@ class PackedVideo:
         Raises:
             ValueError: no indices. VideoDecodeError: a damaged frame (names the file and frame).
         """
-        idx = [min(max(int(i), 0), self.num_frames - 1) for i in indices]
-        if not idx:
-            raise ValueError("PackedVideo.decode: no indices requested")
-        enc = self.read_encoded(idx)
-        scale = dct_scale_for(self.width, self.height, short_side)
-        frames: dict[int, np.ndarray] = {}
-        for i, data in enc.items():
-            try:
-                frames[i] = _decode_one(data, scale, short_side)
-            except Exception as e:
-                raise self._bad(f"frame {i} does not decode ({type(e).__name__}: {e})") from None
-        shape = frames[idx[0]].shape
-        out = np.empty((len(idx),) + shape, dtype=np.uint8)
-        for j, i in enumerate(idx):
-            if frames[i].shape != shape:
-                raise self._bad(f"frame {i} is {frames[i].shape[1]}x{frames[i].shape[0]}, "
-                                f"frame {idx[0]} {shape[1]}x{shape[0]}")
-            out[j] = frames[i]
-        return out
+        # the (3, H, W) tensors are views of the decoder's (H, W, 3) arrays: permuted back, stacked
+        return np.stack([f.permute(1, 2, 0).numpy() for f in self.decode_chw(indices, short_side=short_side)])
 
 
 def dct_scale_for(width: int, height: int, short_side: int | None) -> int:
