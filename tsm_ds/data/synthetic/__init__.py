@@ -26,7 +26,9 @@ PyAV/FFmpeg build).
 
 Modules: :mod:`~tsm_ds.data.synthetic.render` (the class pairs, :func:`sample_clip`,
 :func:`render_clip`: numpy only) and :mod:`~tsm_ds.data.synthetic.dataset`
-(:func:`make_demo_dataset`, :func:`encode_video`, :func:`available_codec`: PyAV, files).
+(:func:`make_demo_dataset`, :func:`encode_video`, :func:`available_codec`: PyAV, files);
+:mod:`~tsm_ds.data.synthetic.presets` names difficulty presets (``demo``, ``hard``: explicit
+generator fields, difficulty from the inputs only).
 
 Files: ``root/{train,val}/<class>/<class>_<j:04d>.mp4`` (H.264 via libx264 when the PyAV build
 has it, else MPEG-4 part 2), list files ``root/train.txt`` and ``root/val.txt`` with lines
@@ -38,7 +40,8 @@ complete dataset, which a second call with the same parameters reuses.
 from __future__ import annotations
 
 from .dataset import available_codec, encode_video, make_demo_dataset
+from .presets import DIFFICULTIES, difficulty_params
 from .render import ALL_CLASSES, CLASS_PAIRS, DEFAULT_CLASSES, render_clip, sample_clip
 
 __all__ = ["CLASS_PAIRS", "ALL_CLASSES", "DEFAULT_CLASSES", "make_demo_dataset", "sample_clip",
-           "render_clip", "encode_video", "available_codec"]
+           "render_clip", "encode_video", "available_codec", "DIFFICULTIES", "difficulty_params"]
