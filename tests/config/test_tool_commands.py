@@ -85,11 +85,18 @@ def test_defaults_written_in_the_bottom_layer_equal_the_library():
     # the help of every study value left unset names the full study's default (--quick's micro-batch too)
     full, helps = StudySettings(), {f.name: f.metadata["help"] for f in dataclasses.fields(tools.BenchLargeBatchConfig)}
     for name in ("batches", "min_steps", "train_per_class", "sgd_lrs", "lars_base_lr", "lamb_base_lr", "seeds",
-                 "warmup_fraction", "parallel", "threads"):
+                 "warmup_fraction", "parallel", "threads", "headroom"):
         value = getattr(full, name)
         shown = ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
         assert f"(default {shown})" in helps[name], name
     assert f"default {full.micro_batch}; --quick: {QUICK.micro_batch})" in tools.BENCH_LARGE_BATCH.epilog
+    from tsm_ds.data.synthetic import DIFFICULTIES
+    from tsm_ds.experiments.large_batch.grid import estimate_seconds
+
+    assert tools.LARGE_BATCH_DIFFICULTIES == tuple(DIFFICULTIES)
+    est = estimate_seconds(full)      # the estimate the help prints is the library's
+    assert (f"{est['runs']} runs, {est['cpu_s'] / 3600:.1f} h of one core, {est['wall_s'] / 3600:.1f} h on "
+            f"{full.parallel} cores") in tools.LARGE_BATCH_ESTIMATE in tools.BENCH_LARGE_BATCH.epilog
 
 
 def test_tool_variables_are_in_the_one_table():

@@ -2,6 +2,7 @@
 read-back of each run's files, the verdicts, and --quick end to end through tsm_ds.train."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -10,20 +11,54 @@ import pytest
 
 from tsm_ds.engine.config import resolve_config
 from tsm_ds.engine.recipes import load_config
+from tsm_ds.data.synthetic import DIFFICULTIES
 from tsm_ds.experiments.large_batch import (QUICK, RECIPES, StudySettings, aggregate, choose_lr, plan_grid,
                                             plan_sweep, read_run, verdicts, warmup_steps_for)
+from tsm_ds.experiments.large_batch.grid import estimate_seconds, plan_headroom
+from tsm_ds.experiments.large_batch.study_report import (calibration, projection, runs_table, target_top1,
+                                                         time_to_accuracy)
 
 
 def test_full_study_sizes_follow_the_issue():
     s = StudySettings()
     s.check()
-    assert s.base_batch == s.micro_batch == 8 and s.batches[-1] == 128
+    assert s.base_batch == s.micro_batch == 8 and s.batches == (8, 64, 512)
     assert s.train_clips % s.batches[-1] == 0
     clips = s.epochs * s.train_clips
     assert clips // s.batches[-1] >= 50 == s.min_steps            # the largest batch: >= 50 optimizer steps
     assert all(clips % b == 0 for b in s.batches)                  # the same clips at every batch
     assert 1 <= len(s.sgd_lrs) <= 4 and len(s.seeds) >= 2
-    assert [warmup_steps_for(s, b) for b in s.batches] == [80, 20, 5]   # 10 % of 800 / 200 / 50 steps
+    assert s.val_clips >= 2000 and s.headroom == 4                 # the final evaluation on >= 2,000 clips
+    assert [warmup_steps_for(s, b) for b in s.batches] == [320, 40, 5]   # 10 % of 3,200 / 400 / 50 steps
+    assert warmup_steps_for(s, 8, 4) == 1280
+    # the task: the hard preset's fields, recorded as the generator's arguments
+    assert s.difficulty == "hard"
+    gen = s.generator()
+    assert {k: gen[k] for k in DIFFICULTIES["hard"]} == DIFFICULTIES["hard"]
+
+
+def test_demo_preset_is_the_generator_default():
+    import inspect
+
+    from tsm_ds.data.synthetic import DEFAULT_CLASSES, difficulty_params, make_demo_dataset
+
+    defaults = {k: p.default for k, p in inspect.signature(make_demo_dataset).parameters.items()}
+    demo = difficulty_params("demo")
+    assert demo.pop("classes") == DEFAULT_CLASSES
+    assert all(defaults[k] == v for k, v in demo.items())
+    with pytest.raises(ValueError, match="unknown difficulty"):
+        difficulty_params("nightmare")
+
+
+def test_estimate_fits_the_budget_and_counts_every_run():
+    s = StudySettings()
+    est = estimate_seconds(s)
+    # sweep 3 + grid 18 - the shared sweep run + the headroom run = 21 runs; 24 runs' worth of clips
+    assert est["runs"] == 21 and est["train_clips"] == 24 * s.epochs * s.train_clips
+    assert est["wall_s"] <= 2.6 * 3600
+    # intermediate evaluations: 4 per epoch, capped; the last one on the whole set
+    one = estimate_seconds(dataclasses.replace(s, sgd_lrs=(0.01,), headroom=0), ("sgd_fixed",))
+    assert one["eval_clips"] == one["runs"] * (4 * s.epochs - 1) * s.eval_max_clips + one["runs"] * s.val_clips
 
 
 @pytest.mark.parametrize("change, match", [
@@ -32,6 +67,9 @@ def test_full_study_sizes_follow_the_issue():
     (dict(train_per_class=100), "multiple of the largest batch"),
     (dict(sgd_lrs=(0.1, 0.2, 0.3, 0.4, 0.5)), "1 to 4"),
     (dict(num_frames=4), "must exceed"),
+    (dict(headroom=1), "headroom"),
+    (dict(eval_max_clips=0), "eval_max_clips"),
+    (dict(eval_every="often"), "--eval-every"),
 ])
 def test_bad_settings_are_refused(change, match):
     import dataclasses
@@ -50,7 +88,7 @@ def test_grid_runs_and_the_lr_every_run_resolves_to(tmp_path):
     assert len(set(names) | {x.name for x in sweep}) == 20         # the chosen sweep run is a grid run
     shared = [x for x in grid if x.recipes == ("sgd_fixed", "sgd_linear")]
     assert [(x.batch, x.seed) for x in shared] == [(8, 0), (8, 1)]
-    assert {(x.batch, x.seed) for x in grid if x.recipes == ("lars",)} == {(8, 0), (8, 1), (32, 0), (128, 0), (128, 1)}
+    assert {(x.batch, x.seed) for x in grid if x.recipes == ("lars",)} == {(8, 0), (8, 1), (64, 0), (512, 0), (512, 1)}
     rules = {"none": lambda b: 1.0, "linear": lambda b: b / 8, "sqrt": lambda b: math.sqrt(b / 8)}
     for spec in grid:
         raw = load_config(spec.recipe_file)
@@ -71,6 +109,10 @@ def test_grid_runs_and_the_lr_every_run_resolves_to(tmp_path):
                 assert raw[k] == shipped[k]
         assert {k: v for k, v in raw["tsm_ds"].items() if k != "lr_scaling"} == \
                {k: v for k, v in shipped["tsm_ds"].items() if k != "lr_scaling"}
+    head = plan_headroom(s, tmp_path, 0.01)
+    assert (head.batch, head.seed, head.recipes, head.epochs_factor, head.base_lr) == (8, 0, (), 4, 0.01)
+    assert head.recipe_file == sweep[1].recipe_file and head.name not in names
+    assert plan_headroom(dataclasses.replace(s, headroom=0), tmp_path, 0.01) is None
     with pytest.raises(ValueError, match="lr chosen"):
         plan_grid(s, tmp_path, None)
     assert {x.recipes for x in plan_grid(s, tmp_path, None, ("lars", "lamb"))} == {("lars",), ("lamb",)}
@@ -152,6 +194,9 @@ def test_cli_options(tmp_path):
     assert s.micro_batch == QUICK.micro_batch and settings("--micro-batch-size", "4").micro_batch == 4
     assert settings("--micro-batch", "4").micro_batch == 4          # the former spelling (a prefix)
     assert settings().cache_decoded and settings("--batches", "4,16").batches == (4, 16)
+    hard = settings("--difficulty", "demo", "--headroom", "0")
+    assert (hard.difficulty, hard.noise, hard.num_frames, hard.headroom) == ("demo", (0.01, 0.05), 16, 0)
+    assert main(["--recipes", "lars", "--calibrate-only", "--out-dir", str(tmp_path)]) == 2
     assert main(["--recipes", "sgd_linear,adam", "--out-dir", str(tmp_path)]) == 2
     assert main(["--batches", "8,20", "--out-dir", str(tmp_path)]) == 2
     assert not any(tmp_path.iterdir())                                  # refused before any work
@@ -186,9 +231,64 @@ def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
         else:
             assert r["status"] == "completed" and r["clips_seen"] == 16 and r["steps"] == 16 // r["batch"]
             assert r["val_clips"] == 4
+            # --eval-every 0.5: one evaluation mid-epoch on the capped subset (2 clips), the last on all 4
+            assert [(h["step"], h["val_clips"]) for h in r["history"]] == [(r["steps"] // 2, 2), (r["steps"], 4)]
+            assert "--eval-every" in r["cmd"] and "--eval-max-clips" in r["cmd"]
     md = (out / "large_batch.md").read_text()
     assert "diverged at" in md and (out / "large_batch.png").stat().st_size > 0
-    # a second call reuses every recorded run
+    assert rep["generator"]["noise"] == list(QUICK.noise) and rep["headroom"] is None
+    assert rep["target_top1"] is not None and "time-to-accuracy" in md and "Projection:" in md
+    assert "Calibration:" in md and rep["calibration"]["gain"] is None
+    # a second call reuses every recorded run, and copies the report into a tracked folder
     assert main(["--quick", "--recipes", "sgd_fixed,sgd_linear,lars", "--lars-base-lr", "1e4",
-                 "--out-dir", str(out)]) == 0
-    assert json.loads((out / "large_batch.json").read_text())["rows"] == rep["rows"]
+                 "--out-dir", str(out), "--results-dir", str(tmp_path / "results")]) == 0
+    again = json.loads((tmp_path / "results" / "large_batch.json").read_text())
+    assert again["rows"] == rep["rows"] and (tmp_path / "results" / "large_batch.md").is_file()
+
+
+def test_history_time_to_accuracy_calibration_and_projection(tmp_path):
+    hist = [{"epoch": 0, "step": 10, "val_top1": 40.0, "val_top5": 100.0, "val_clips": 500},
+            {"epoch": 0, "step": 20, "val_top1": 70.0, "val_top5": 100.0, "val_clips": 500},
+            {"epoch": 1, "step": 40, "val_top1": 68.0, "val_top5": 100.0, "val_clips": 2000}]
+    _write_run(tmp_path / "a", {"status": "completed", "steps": 40, "val_top1": 68.0, "best_val_top1": 68.0,
+                                "val_clips": 2000, "history": hist})
+    r = read_run(tmp_path / "a")
+    assert [h["step"] for h in r["history"]] == [10, 20, 40] and r["best_val_top1"] == 70.0   # the best evaluation
+    row = {**r, "name": "a", "recipes": ["lamb"], "batch": 32, "seed": 0, "wall_s": 1.0}
+    assert time_to_accuracy(row, 66.5) == (20, 640) and time_to_accuracy(row, 71.0) == (None, None)
+    assert time_to_accuracy({**row, "status": "diverged"}, 10.0) == (None, None)
+    assert "| a | lamb | 32 | 0 | 0.04 | 40 | completed | 68.0 | 70.0 | 20 | 640 |" in runs_table([row], 66.5)
+
+    def run(recipes, batch, seed, final, curve, status="completed", lr=0.01):
+        return {"name": f"{recipes}_{batch}_{seed}", "recipes": list(recipes), "batch": batch, "global_batch": batch,
+                "seed": seed, "status": status, "val_top1": final, "best_val_top1": final, "base_lr": lr,
+                "diverged_at": 3 if status == "diverged" else None, "micro_batch": 8, "accum": batch // 8,
+                "lr": lr, "warmup_steps": 1, "steps": 100, "wall_s": 1.0,
+                "history": [{"step": s_, "val_top1": v} for s_, v in curve]}
+
+    rows = [run(("sgd_fixed", "sgd_linear"), 8, 0, 80.0, [(100, 50.0), (200, 78.0), (400, 80.0)]),
+            run(("lamb",), 8, 0, 70.0, [(400, 70.0)]),
+            run(("lamb",), 512, 0, 77.0, [(4, 60.0), (8, 77.0)]), run(("lamb",), 512, 1, 76.5, [(8, 76.5)]),
+            run(("lars",), 512, 0, 79.0, [(2, 79.0)]), run(("lars",), 512, 1, None, [], "diverged"),
+            run((), 8, 0, 99.0, [(10, 99.0)])]                     # the headroom run sets no target
+    target = target_top1(rows, 8)
+    assert target == pytest.approx(0.95 * 80.0)
+    pts = aggregate(rows, ["sgd_fixed", "lars", "lamb"], [8, 512], target)
+    lamb512 = next(p for p in pts if p["recipe"] == "lamb" and p["batch"] == 512)
+    assert lamb512["clips_to_target"] == [4096, 4096] and lamb512["reached"] == "2/2"
+    proj = projection(pts, 8, 512)
+    # lars: one seed diverged but its completed seed reached the target -> it qualifies with the fewest clips
+    assert proj["recipe"] == "lars" and proj["base_recipe"] == "sgd_fixed" and proj["base_clips"] == 1600
+    assert proj["inflation"] == pytest.approx(1024 / 1600)
+    assert proj["projected_time_s"] == pytest.approx(proj["model_time_s"] * 1024 / 1600)
+    assert proj["paper_time"] == "14 min 13 s" and "paper: 14 min 13 s" in proj["text"]
+    none = projection(aggregate(rows[:2], ["sgd_fixed", "lamb"], [8, 512], target), 8, 512)
+    assert none["recipe"] is None and none["projected_time_s"] is None and "no projection" in none["text"]
+
+    sweep = [dict(rows[0], base_lr=0.01), dict(rows[0], base_lr=0.03, val_top1=50.0, name="x")]
+    c = calibration(sweep, dict(rows[-1], val_top1=86.0), 0.01, factor=4)
+    assert (c["best_sgd_top1"], c["gain"], c["in_range"], c["gained"], c["passed"]) == (80.0, 6.0, True, True, True)
+    c = calibration(sweep, dict(rows[-1], val_top1=83.0), 0.01, factor=4)
+    assert c["gain"] == 3.0 and not c["passed"] and "NO" in c["text"]
+    c = calibration([dict(sweep[0], val_top1=97.0)], None, 0.01, factor=0)
+    assert not c["in_range"] and c["gain"] is None and not c["passed"] and "no headroom run" in c["text"]

@@ -178,6 +178,13 @@ class BenchScaleConfig:
 
 #: the study's recipes (:data:`tsm_ds.experiments.large_batch.grid.RECIPES`)
 LARGE_BATCH_RECIPES = ("sgd_fixed", "sgd_linear", "lars", "lamb")
+#: the full study's time, :func:`tsm_ds.experiments.large_batch.grid.estimate_seconds` of the defaults (a test
+#: keeps them equal)
+LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip costs measured in the pilots): 21 runs, "
+                        "5.2 h of one core, 2.6 h on 2 cores (2 runs at a time, one thread each); "
+                        "--calibrate-only (part 1: the sweep, then the 4x headroom run) ~1.3 h.")
+#: the motion demo data's difficulty presets (:data:`tsm_ds.data.synthetic.DIFFICULTIES`)
+LARGE_BATCH_DIFFICULTIES = ("demo", "hard")
 
 
 @dataclass
@@ -191,9 +198,13 @@ class BenchLargeBatchConfig:
     quick: bool = opt(False, "tiny data and runs: checks batches, accumulation and lrs per run, not accuracy")
     recipes: tuple[str, ...] = opt(LARGE_BATCH_RECIPES, "comma-separated subset of the recipes", parse=split_strs)
     batches: tuple[int, ...] | None = opt(None, "comma-separated global batches, ascending, the first is the base "
-                                          "(default 8,32,128)", parse=split_ints)
+                                          "(default 8,64,512)", parse=split_ints)
     min_steps: int | None = opt(None, "optimizer steps of the largest batch at least (default 50)")
-    train_per_class: int | None = opt(None, "demo training clips per class (default 320)")
+    train_per_class: int | None = opt(None, "demo training clips per class (default 1280)")
+    difficulty: str | None = opt(None, "the demo data's generator preset (its fields replace the study's; "
+                                 "default: the study's own fields, preset hard)", choices=LARGE_BATCH_DIFFICULTIES)
+    headroom: int | None = opt(None, "epochs factor of the headroom run (base-batch SGD, chosen lr, first seed: "
+                               "the calibration's 'a longer run still gains'); 0: none (default 4)")
     sgd_lrs: tuple[float, ...] | None = opt(None, "SGD lrs swept at the base batch, at most 4 (default "
                                             "0.003,0.01,0.03)", parse=split_floats)
     lars_base_lr: float | None = opt(None, "LARS lr at the base batch (default 0.5)")
@@ -206,6 +217,10 @@ class BenchLargeBatchConfig:
     cache: bool = opt(True, "decode clips per access (no train.py --cache-decoded)", flag="--no-cache")
     overwrite: bool = opt(False, "rerun runs already recorded in OUT/rows/")
     keep_checkpoints: bool = opt(False, "keep every run's checkpoints and models")
+    calibrate_only: bool = opt(False, "the study's first part: the SGD sweep and the headroom run only, whether "
+                               "the task is calibrated (a later call without it reuses them)")
+    results_dir: str | None = opt(None, "also copy large_batch.json/.md/.png into this tracked folder "
+                                  "(e.g. results/large_batch)")
 
 
 #: the benches of ``tsm-ds bench all`` in run order (:data:`tsm_ds.bench.runner.ALL_ORDER`)
@@ -370,12 +385,14 @@ BENCH_SCALE = Command(
 
 BENCH_LARGE_BATCH = Command(
     prog="tsm-ds bench large-batch", sections=("bench_large_batch",), fields=("schedule.micro_batch_size",),
-    description="Trains TSM on the motion demo data at global batches from the base batch up (world size 1, fixed\n"
-                "micro-batch x gradient accumulation, the same clips at every batch) with four recipes: (a) SGD\n"
-                "with the lr swept at the base batch and no scaling, (b) SGD with the linear rule and warm-up,\n"
-                "(c) LARS, (d) LAMB with its square-root rule. Every run is ``python -m tsm_ds.train``. Writes\n"
-                "``large_batch.json`` / ``.md`` / ``.png`` into ``--out-dir``.",
-    epilog="--micro-batch-size: clips per micro-batch (default 8; --quick: 2).")
+    description="Trains TSM on the motion demo data (preset 'hard': noise, low contrast, distractors) at global\n"
+                "batches 8 / 64 / 512 (world size 1, fixed micro-batch x gradient accumulation, the same clips at\n"
+                "every batch) with four recipes: (a) SGD with the lr swept at the base batch and no scaling, (b)\n"
+                "SGD with the linear rule and warm-up, (c) LARS, (d) LAMB with its square-root rule; final and best\n"
+                "top-1, time to 95% of the best batch-8 accuracy, outcome; the task's calibration (a 4x longer\n"
+                "batch-8 run) and the 1,536-GPU projection. Every run is ``python -m tsm_ds.train``. Writes\n"
+                "``large_batch.json`` / ``.md`` / ``.png`` into ``--out-dir`` (and ``--results-dir``).",
+    epilog="--micro-batch-size: clips per micro-batch (default 8; --quick: 2). " + LARGE_BATCH_ESTIMATE)
 
 BENCH_ALL = Command(prog="tsm-ds bench all", sections=("bench_all",),
                     description="Every bench but large-batch, each in its own process, then summary.md and the plots.")

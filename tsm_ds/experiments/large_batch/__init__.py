@@ -8,10 +8,12 @@ data (time-reversed classes, where only temporal modelling helps), TSM, global b
 base batch up (world size 1, a fixed micro-batch x gradient accumulation), the same clips seen at
 every batch, four recipes, every run through ``tsm_ds.train`` and the DeepSpeed engine.
 
-Measured with the defaults (batches 8 / 32 / 128, 6,400 clips per run, 2 seeds at 8 and 128; 98
-min on the shared 2-core CPU; README "Large batch"): LARS and LAMB hold 100 % val top-1 at every
-batch; SGD with the linear rule holds to 32 and falls to chance at 128 (lr 0.048 blows the loss up
-right after warm-up); SGD without scaling holds to 32 and reaches 82 % at 128 (too few steps).
+The default study (README "Large batch"): the ``hard`` preset of the demo data (noise, low
+contrast, distractors: batch 8 must not solve it perfectly), batches 8 / 64 / 512 with 25,600 clips
+per run (50 steps at 512), 2,000 validation clips, evaluations every quarter epoch (time to 95 % of
+the best batch-8 accuracy), a 4x longer batch-8 run (the task's calibration) and the scaling
+model's 1,536-GPU projection; estimated 2.6 h on the 2-core machine (:func:`.grid.estimate_seconds`),
+not yet run. The previous study (easy data, batches 8 / 32 / 128) saturated at 100 %.
 
 Modules: :mod:`.grid` (settings, recipes, runs), :mod:`.runs` (one run's command, process and
 read-back), :mod:`.study_report` (points, verdicts, tables, plot), :mod:`.study` (:func:`run_study`).
@@ -19,10 +21,12 @@ The command line is :mod:`tsm_ds.cli.bench_large_batch`.
 """
 from __future__ import annotations
 
-from .grid import QUICK, RECIPES, Recipe, RunSpec, StudySettings, plan_grid, plan_sweep, warmup_steps_for
+from .grid import (QUICK, RECIPES, Recipe, RunSpec, StudySettings, estimate_seconds, plan_grid, plan_headroom,
+                   plan_sweep, warmup_steps_for)
 from .study_report import aggregate, verdicts
 from .runs import read_run, train_command
-from .study import PILOT_TOP1, choose_lr, run_study
+from .study import PILOT_TOP1, choose_lr, publish, run_study
 
-__all__ = ["QUICK", "RECIPES", "Recipe", "RunSpec", "StudySettings", "plan_grid", "plan_sweep", "warmup_steps_for",
-           "aggregate", "verdicts", "read_run", "train_command", "PILOT_TOP1", "choose_lr", "run_study"]
+__all__ = ["QUICK", "RECIPES", "Recipe", "RunSpec", "StudySettings", "plan_grid", "plan_sweep", "plan_headroom",
+           "warmup_steps_for", "estimate_seconds", "aggregate", "verdicts", "read_run", "train_command", "PILOT_TOP1",
+           "choose_lr", "run_study", "publish"]

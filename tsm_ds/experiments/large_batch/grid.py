@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECIPES", "Recipe", "StudySettings", "QUICK", "RunSpec", "plan_sweep", "plan_grid",
-           "write_recipe", "warmup_steps_for"]
+from tsm_ds.data.synthetic.presets import DIFFICULTIES
+
+__all__ = ["RECIPES", "Recipe", "StudySettings", "QUICK", "RunSpec", "plan_sweep", "plan_grid", "plan_headroom",
+           "write_recipe", "warmup_steps_for", "COST_S", "estimate_seconds"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+_HARD = DIFFICULTIES["hard"]
+
+
 @dataclass(frozen=True)
 class StudySettings:
     """Size and recipe values of a study (the defaults are the full study).
@@ -60,27 +65,44 @@ class StudySettings:
         micro_batch: clips per micro-batch (every batch must be a multiple of it).
         min_steps: optimizer steps the largest batch must get at least (sets the epochs).
         train_per_class, val_per_class: demo clips per class (the training set must be a
-            multiple of the largest batch); num_frames, size, speed, radius: demo videos (frames,
-            pixels, pixels per frame, pixels); data_seed: the dataset's seed.
+            multiple of the largest batch; the final evaluation scores every validation clip).
+        difficulty: the name of the generator preset the fields below came from
+            (:data:`tsm_ds.data.synthetic.DIFFICULTIES`; recorded in the report, a label only:
+            the fields are what the data is made with). classes, num_frames, size (pixels),
+            speed (px/frame), radius (px), noise (sigma), distractor_prob, clutter, contrast,
+            tint: the generator's fields (:func:`tsm_ds.data.synthetic.make_demo_dataset`);
+            data_seed: the dataset's seed.
         arch, num_segments (T), img_size (crop side, pixels), shift_div, dropout: the model.
         warmup_fraction: linear warm-up length as a fraction of each run's optimizer steps.
         sgd_lrs: the lrs tried at the base batch for (a) / (b) (at most 4).
         lars_base_lr, lamb_base_lr: (c) / (d) lr at the base batch (chosen in the pilot).
         seeds: training seeds; every seed runs at the base and the largest batch, the first one
             at every batch.
+        eval_every: train.py ``--eval-every`` of every run ("0.25": four evaluations per epoch,
+            the time-to-accuracy resolution); eval_max_clips: ``--eval-max-clips`` (intermediate
+            evaluations score a fixed seeded subset; the last one always the whole set).
+        headroom: epochs factor of one extra base-batch SGD run at the chosen lr and first seed
+            (the calibration check "a longer run still gains"); 0: no such run.
         parallel: runs at a time; threads: OMP threads per run; num_workers: DataLoader workers;
         cache_decoded: train.py ``--cache-decoded``.
     """
 
-    batches: tuple[int, ...] = (8, 32, 128)
+    batches: tuple[int, ...] = (8, 64, 512)
     micro_batch: int = 8
     min_steps: int = 50
-    train_per_class: int = 320
-    val_per_class: int = 50
-    num_frames: int = 16
-    size: int = 64
-    speed: tuple[float, float] = (1.5, 2.5)
-    radius: tuple[float, float] = (8.0, 12.0)
+    train_per_class: int = 1280
+    val_per_class: int = 500
+    difficulty: str = "hard"
+    classes: tuple[str, ...] = _HARD["classes"]
+    num_frames: int = _HARD["num_frames"]
+    size: int = _HARD["size"]
+    speed: tuple[float, float] = _HARD["speed"]
+    radius: tuple[float, float] = _HARD["radius"]
+    noise: tuple[float, float] = _HARD["noise"]
+    distractor_prob: float = _HARD["distractor_prob"]
+    clutter: float = _HARD["clutter"]
+    contrast: float = _HARD["contrast"]
+    tint: float = _HARD["tint"]
     data_seed: int = 0
     arch: str = "resnet18"
     num_segments: int = 4
@@ -92,11 +114,13 @@ class StudySettings:
     lars_base_lr: float = 0.5
     lamb_base_lr: float = 0.005
     seeds: tuple[int, ...] = (0, 1)
+    eval_every: str = "0.25"
+    eval_max_clips: int | None = 500
+    headroom: int = 4
     parallel: int = 2
     threads: int = 1
     num_workers: int = 0
     cache_decoded: bool = True
-    classes: tuple[str, ...] = field(default=("moving_left", "moving_right", "moving_up", "moving_down"))
 
     @property
     def base_batch(self) -> int:
@@ -109,9 +133,23 @@ class StudySettings:
         return self.train_per_class * len(self.classes)
 
     @property
+    def val_clips(self) -> int:
+        """Validation clips of the dataset (the final evaluation of every run scores them all)."""
+        return self.val_per_class * len(self.classes)
+
+    @property
     def epochs(self) -> int:
         """Epochs of every run: enough for ``min_steps`` optimizer steps at the largest batch."""
         return math.ceil(self.min_steps * self.batches[-1] / self.train_clips)
+
+    def generator(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`tsm_ds.data.synthetic.make_demo_dataset` for this study
+        (every generator field, recorded in the report as they are)."""
+        return {"seed": self.data_seed, "classes": tuple(self.classes), "train_per_class": self.train_per_class,
+                "val_per_class": self.val_per_class, "num_frames": self.num_frames, "size": self.size,
+                "speed": tuple(self.speed), "radius": tuple(self.radius), "noise": tuple(self.noise),
+                "distractor_prob": self.distractor_prob, "clutter": self.clutter, "contrast": self.contrast,
+                "tint": self.tint}
 
     def check(self) -> None:
         """Refuse settings the study cannot run (ValueError naming the value and the fix)."""
@@ -130,19 +168,29 @@ class StudySettings:
             raise ValueError("need >= 1 seed, 0 <= warmup_fraction < 1, min_steps >= 1, parallel >= 1")
         if self.num_frames <= self.num_segments:
             raise ValueError(f"num_frames {self.num_frames} must exceed num_segments {self.num_segments}")
+        if self.headroom < 0 or self.headroom == 1:
+            raise ValueError(f"headroom {self.headroom}: give an epochs factor >= 2, or 0 for no headroom run")
+        if self.eval_max_clips is not None and self.eval_max_clips < 1:
+            raise ValueError(f"eval_max_clips {self.eval_max_clips}: give >= 1 clips, or None for the whole set")
+        from tsm_ds.config.cadence import parse_eval_every
+
+        parse_eval_every(self.eval_every)
 
 
-#: ``--quick``: the plumbing (batches, accumulation, lrs, the sweep, the report), not
-#: accuracy: 16 tiny clips, 2 batches, micro-batch 2, one seed, 7 runs of a few steps (45 s idle)
+#: ``--quick``: the plumbing (batches, accumulation, lrs, the sweep, intermediate evaluations, the
+#: report), not accuracy: 16 tiny clips, 2 batches, micro-batch 2, one seed, no headroom run,
+#: 5 to 7 runs of a few steps (45 s idle)
 QUICK = StudySettings(batches=(2, 8), micro_batch=2, min_steps=2, train_per_class=4, val_per_class=1,
                       num_frames=8, size=32, speed=(1.0, 1.5), radius=(4.0, 6.0), num_segments=2,
-                      img_size=32, sgd_lrs=(0.01,), seeds=(0,), parallel=2)
+                      img_size=32, sgd_lrs=(0.01,), seeds=(0,), eval_every="0.5", eval_max_clips=2, headroom=0,
+                      parallel=2)
 
 
-def warmup_steps_for(settings: StudySettings, batch: int) -> int:
-    """Linear warm-up steps of a run at global ``batch``: ``warmup_fraction`` of its optimizer
-    steps, rounded (0 when the fraction is 0, else at least 1)."""
-    steps = settings.epochs * settings.train_clips // batch
+def warmup_steps_for(settings: StudySettings, batch: int, epochs_factor: int = 1) -> int:
+    """Linear warm-up steps of a run at global ``batch`` over ``epochs_factor`` x the study's
+    epochs: ``warmup_fraction`` of its optimizer steps, rounded (0 when the fraction is 0, else at
+    least 1)."""
+    steps = epochs_factor * settings.epochs * settings.train_clips // batch
     if settings.warmup_fraction <= 0:
         return 0
     return max(1, round(settings.warmup_fraction * steps))
@@ -151,7 +199,9 @@ def warmup_steps_for(settings: StudySettings, batch: int) -> int:
 @dataclass(frozen=True)
 class RunSpec:
     """One training run: ``name`` (its run folder), the engine JSON ``recipe_file``, ``batch``,
-    ``seed``, and ``recipes``: the recipe names it stands for (both SGD recipes at the base batch)."""
+    ``seed``, ``recipes``: the recipe names it stands for (both SGD recipes at the base batch;
+    ``()`` for the headroom run, which stands for none), ``base_lr``, and ``epochs_factor``: its
+    epochs are this many times the study's (1, or ``headroom`` for the headroom run)."""
 
     name: str
     recipe_file: str
@@ -159,6 +209,7 @@ class RunSpec:
     seed: int
     recipes: tuple[str, ...]
     base_lr: float
+    epochs_factor: int = 1
 
 
 def write_recipe(out_dir: Path, name: str, template: str, rule: str, base_lr: float, base_batch: int) -> Path:
@@ -228,3 +279,75 @@ def plan_grid(settings: StudySettings, out_dir: Path, sgd_lr: float | None,
                     continue
                 specs.append(RunSpec(f"{r}_b{batch}_s{seed}", str(files[r]), batch, seed, (r,), base_lrs[r]))
     return specs
+
+
+def plan_headroom(settings: StudySettings, out_dir: Path, sgd_lr: float) -> RunSpec | None:
+    """The headroom run: base-batch SGD at the chosen lr, first seed, ``headroom`` x the epochs
+    (same engine JSON as the sweep's run; warm-up the same fraction of its own steps). None when
+    ``settings.headroom`` is 0."""
+    if not settings.headroom:
+        return None
+    b0, seed = settings.base_batch, settings.seeds[0]
+    f = write_recipe(out_dir, f"sgd_lr{_lr_tag(sgd_lr)}", RECIPES["sgd_fixed"].template, "none", sgd_lr, b0)
+    return RunSpec(f"sgd_lr{_lr_tag(sgd_lr)}_b{b0}_s{seed}_x{settings.headroom}", str(f), b0, seed, (), sgd_lr,
+                   epochs_factor=settings.headroom)
+
+
+#: per-unit costs of :func:`estimate_seconds`, measured in the pilots (README "Large batch"): one
+#: training clip (forward + backward + optimizer share, resnet18 T=4 32 px, one thread), one
+#: evaluated clip, decoding one video into the ``--cache-decoded`` cache, a run's start-up and
+#: data set-up (DeepSpeed engine, model, lists)
+COST_S = {"train_clip": 0.025, "eval_clip": 0.004, "decode_video": 0.012, "run_start": 15.0}
+
+
+def _eval_points(settings: StudySettings, epochs: int, batch: int) -> int:
+    """Intermediate evaluations of a run of ``epochs`` epochs at ``batch`` (the last one excluded)."""
+    from fractions import Fraction
+
+    from tsm_ds.config.cadence import parse_eval_every
+
+    kind, value = parse_eval_every(settings.eval_every)
+    steps_per_epoch = settings.train_clips // batch
+    if kind == "epoch":
+        per_epoch = 1
+    elif kind == "steps":
+        per_epoch = max(1, steps_per_epoch // int(value))
+    else:
+        per_epoch = max(1, int(1 / Fraction(value)))
+    return max(0, per_epoch * epochs - 1)
+
+
+def estimate_seconds(settings: StudySettings, recipes: tuple[str, ...] = tuple(RECIPES),
+                     cost: dict[str, float] | None = None) -> dict[str, Any]:
+    """The study's CPU time from per-unit costs (:data:`COST_S`): every run's training clips,
+    evaluated clips (intermediate evaluations capped at ``eval_max_clips``, the last one on the
+    whole set), decoded videos and start-up, summed, then over ``parallel`` runs at a time.
+
+    Returns:
+        {"runs": int (the sweep, the grid and the headroom run, each once), "train_clips": int,
+        "eval_clips": int, "cpu_s": float (one core), "wall_s": float (cpu_s / parallel, the
+        longest run at least: the runs are independent processes on ``parallel`` cores)}.
+    """
+    c = {**COST_S, **(cost or {})}
+    s = settings
+    b0, last = s.base_batch, s.batches[-1]
+    sgd = any(r.startswith("sgd_") for r in recipes)
+    other = len([r for r in recipes if not r.startswith("sgd_")])
+    runs: list[tuple[int, int]] = [(b0, 1)] * (len(s.sgd_lrs) if sgd else 0)     # (batch, epochs factor)
+    for b in s.batches:
+        seeds = len(s.seeds) if b in (b0, last) else 1
+        per_seed = (int(sgd) + other) if b == b0 else len(recipes)
+        runs += [(b, 1)] * (seeds * per_seed)
+    if sgd:
+        runs.remove((b0, 1))                  # the chosen sweep run is a grid run
+        if s.headroom:
+            runs.append((b0, s.headroom))
+    val = s.val_clips
+    cap = min(val, s.eval_max_clips or val)
+    train = sum(f * s.epochs * s.train_clips for _, f in runs)
+    evals = sum(_eval_points(s, f * s.epochs, b) * cap + val for b, f in runs)
+    per_run = [f * s.epochs * s.train_clips * c["train_clip"] for _, f in runs]
+    cpu = (train * c["train_clip"] + evals * c["eval_clip"]
+           + len(runs) * ((s.train_clips + val) * c["decode_video"] + c["run_start"]))
+    return {"runs": len(runs), "train_clips": train, "eval_clips": evals, "cpu_s": cpu,
+            "wall_s": max(cpu / s.parallel, max(per_run, default=0.0))}

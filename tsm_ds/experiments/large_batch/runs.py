@@ -36,7 +36,9 @@ def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any
     (``make_demo_dataset``'s result); its run folder is ``run_root / spec.name``. The arguments are
     written by :func:`tsm_ds.config.to_argv` from the training command
     (:data:`tsm_ds.config.commands.TRAIN`): horizontal flip off (the classes are directions), the
-    global batch as micro-batch x accumulation at world size 1, one checkpoint kept."""
+    global batch as micro-batch x accumulation at world size 1, ``spec.epochs_factor`` x the study's
+    epochs, the study's validation cadence (``--eval-every``, ``--eval-max-clips``; the last
+    evaluation scores the whole validation set), one checkpoint kept."""
     from tsm_ds.config import Config, to_argv
     from tsm_ds.config.commands import TRAIN
 
@@ -47,8 +49,10 @@ def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any
         "data.classes": str(Path(data["root"]) / "classes.txt"), "data.flip": False,
         "model.arch": s.arch, "model.num_segments": s.num_segments, "data.img_size": s.img_size,
         "model.shift": "bidirectional", "model.shift_div": s.shift_div, "model.dropout": s.dropout,
-        "schedule.epochs": s.epochs, "schedule.batch_size": spec.batch, "schedule.micro_batch_size": s.micro_batch,
-        "schedule.warmup_steps": warmup_steps_for(s, spec.batch), "schedule.seed": spec.seed,
+        "schedule.epochs": s.epochs * spec.epochs_factor, "schedule.batch_size": spec.batch,
+        "schedule.micro_batch_size": s.micro_batch,
+        "schedule.warmup_steps": warmup_steps_for(s, spec.batch, spec.epochs_factor), "schedule.seed": spec.seed,
+        "schedule.eval_every": s.eval_every, "schedule.eval_max_clips": s.eval_max_clips,
         "data.num_workers": s.num_workers, "output.keep_last": 1,
         "output.output_dir": str(run_root), "output.run_name": spec.name, "logging.progress": False,
         "data.cache_decoded": bool(s.cache_decoded)}
@@ -82,11 +86,15 @@ def _base_lr(config: dict) -> float | None:
 def read_run(run_dir: Path) -> dict[str, Any]:
     """What a finished run wrote: {"status", "global_batch", "micro_batch", "accum", "world_size",
     "lr" (the resolved base lr), "lr_filled" (how "auto" was filled), "warmup_steps", "planned_steps", "steps",
-    "clips_seen", "val_top1", "best_val_top1", "val_clips", "diverged_at", "reason"}; values
-    missing from the files are None (``status`` "failed" when result.json is missing)."""
+    "clips_seen", "val_top1", "best_val_top1", "val_clips", "diverged_at", "reason", "history"}; values
+    missing from the files are None (``status`` "failed" when result.json is missing). ``history``:
+    the run's evaluations, ``[{"step", "val_top1" (%), "val_clips"}]`` in step order (empty for a run
+    that did not complete: a diverged run's result.json has none); ``best_val_top1`` is the highest
+    of them (intermediate evaluations may score a capped subset, the last one the whole set)."""
     out: dict[str, Any] = {k: None for k in ("global_batch", "micro_batch", "accum", "world_size", "lr",
                                              "lr_filled", "warmup_steps", "planned_steps", "steps", "clips_seen",
                                              "val_top1", "best_val_top1", "val_clips", "diverged_at", "reason")}
+    out["history"] = []
     try:
         cfg = json.loads((run_dir / "config.json").read_text())
     except (OSError, ValueError):
@@ -104,8 +112,11 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         return {**out, "status": "failed", "reason": f"no result.json in {run_dir}"}
     status = res.get("status")
     if status == "completed":
-        out.update(steps=res.get("steps"), val_top1=res.get("val_top1"), best_val_top1=res.get("best_val_top1"),
-                   val_clips=res.get("val_clips"))
+        hist = [{"step": int(h["step"]), "val_top1": float(h["val_top1"]), "val_clips": h.get("val_clips")}
+                for h in res.get("history") or [] if h.get("step") is not None and h.get("val_top1") is not None]
+        best = max((h["val_top1"] for h in hist), default=res.get("best_val_top1"))
+        out.update(steps=res.get("steps"), val_top1=res.get("val_top1"), best_val_top1=best,
+                   val_clips=res.get("val_clips"), history=hist)
     elif status == "diverged":
         out.update(steps=res.get("step"), diverged_at=res.get("step"), reason=res.get("reason"))
     else:

@@ -7,6 +7,12 @@ mean val top-1 is at most ``tolerance`` below its mean at the base batch, ``tole
 largest max-min spread over seeds of that recipe (base and largest batch), at least
 :data:`MIN_TOLERANCE` points. A diverged run breaks the point. The numbers are reported as
 measured either way.
+
+Time to accuracy: the target is :data:`TARGET_FRACTION` (95 %) of the best final val top-1 of any
+run at the base batch; a run reaches it at the first evaluation (``--eval-every``: several per
+epoch; intermediate ones may score a capped subset) whose top-1 is at least the target, and its
+time is that evaluation's optimizer steps and clips (steps x global batch). The calibration check
+(:func:`calibration`) and the 1,536-GPU projection (:func:`projection`) are written here too.
 """
 from __future__ import annotations
 
@@ -16,18 +22,48 @@ from typing import Sequence
 
 from .grid import RECIPES
 
-__all__ = ["MIN_TOLERANCE", "aggregate", "verdicts", "points_table", "sweep_table", "verdict_lines",
-           "plot_study"]
+__all__ = ["MIN_TOLERANCE", "TARGET_FRACTION", "CALIBRATION_RANGE", "CALIBRATION_GAIN", "aggregate", "verdicts",
+           "points_table", "sweep_table", "verdict_lines", "plot_study", "target_top1", "time_to_accuracy",
+           "runs_table", "calibration", "projection"]
 
 #: smallest tolerance (top-1 points) a drop must exceed to count as a break
 MIN_TOLERANCE = 2.0
+#: time to accuracy: the target is this fraction of the best base-batch final top-1
+TARGET_FRACTION = 0.95
+#: the task's calibration: the best base-batch SGD run's final top-1 (%) must lie in this range ...
+CALIBRATION_RANGE = (60.0, 90.0)
+#: ... and the headroom run (``headroom`` x the epochs) must gain at least this many points on it
+CALIBRATION_GAIN = 5.0
+
+
+def target_top1(rows: Sequence[dict], base_batch: int) -> float | None:
+    """The time-to-accuracy target (%): :data:`TARGET_FRACTION` x the best final val top-1 of the
+    completed runs at ``base_batch`` that stand for a recipe (the headroom run does not); None
+    when there is none."""
+    finals = [float(r["val_top1"]) for r in rows if r["batch"] == base_batch and r.get("recipes")
+              and r["status"] == "completed" and r["val_top1"] is not None]
+    return TARGET_FRACTION * max(finals) if finals else None
+
+
+def time_to_accuracy(row: dict, target: float | None) -> tuple[int | None, int | None]:
+    """``(steps, clips)`` of the first evaluation of ``row["history"]`` at or above ``target``
+    (clips = steps x the row's global batch); ``(None, None)`` when it never gets there, when the
+    run did not complete, or without a target."""
+    if target is None or row.get("status") != "completed":
+        return None, None
+    batch = int(row.get("global_batch") or row["batch"])
+    for h in sorted(row.get("history") or [], key=lambda h: h["step"]):
+        if h["val_top1"] >= target:
+            return int(h["step"]), int(h["step"]) * batch
+    return None, None
 
 
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[int]) -> list[dict]:
+def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[int],
+              target: float | None = None) -> list[dict]:
     """One point per (recipe, batch) that has runs.
 
     Args:
@@ -39,7 +75,11 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
         dicts: recipe, label, batch, micro_batch, accum, lr (read back from config.json),
         warmup_steps, steps (optimizer steps of the first seed), seeds, val_top1 (per seed; None
         for a diverged or failed run), mean_top1 / min_top1 / max_top1 / spread over the completed
-        runs, diverged (["seed s: step k"]), failed (run names), wall_s (mean seconds per run).
+        runs, diverged (["seed s: step k"]), failed (run names), wall_s (mean seconds per run);
+        best_top1 (per seed: the highest evaluation, None for a run that did not complete),
+        target (``target``), steps_to_target / clips_to_target (per seed, None: not reached),
+        mean_clips_to_target (over the seeds that reached it, None if none did),
+        reached ("k/n" seeds).
     """
     points = []
     for r in recipes:
@@ -49,6 +89,8 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
                 continue
             done = [float(x["val_top1"]) for x in runs if x["status"] == "completed" and x["val_top1"] is not None]
             first = runs[0]
+            tta = [time_to_accuracy(x, target) for x in runs]
+            reached = [c for _, c in tta if c is not None]
             points.append({
                 "recipe": r, "label": RECIPES[r].label if r in RECIPES else r, "batch": b,
                 "micro_batch": first.get("micro_batch"), "accum": first.get("accum"), "lr": first.get("lr"),
@@ -61,6 +103,9 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
                 "diverged": [f"seed {x['seed']}: step {x['diverged_at']}" for x in runs if x["status"] == "diverged"],
                 "failed": [x["name"] for x in runs if x["status"] == "failed"],
                 "wall_s": round(_mean([float(x["wall_s"]) for x in runs]), 1),
+                "best_top1": [x.get("best_val_top1") if x["status"] == "completed" else None for x in runs],
+                "target": target, "steps_to_target": [st for st, _ in tta], "clips_to_target": [c for _, c in tta],
+                "mean_clips_to_target": _mean(reached), "reached": f"{len(reached)}/{len(runs)}",
             })
     return points
 
@@ -98,10 +143,12 @@ def _pct(v: float | None) -> str:
 
 def points_table(points: Sequence[dict]) -> str:
     """Markdown: recipe, global batch, micro-batch x accumulation, lr, warm-up steps, optimizer
-    steps, val top-1 per seed, mean, spread (max - min), wall time per run."""
+    steps, final val top-1 per seed, mean, spread (max - min), best evaluation per seed, clips to
+    the target per seed, wall time per run."""
     lines = ["| recipe | global batch | micro x accum | lr (read back) | warm-up steps | optimizer steps | "
-             "val top-1 per seed (%) | mean (%) | spread | wall s / run |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "final val top-1 per seed (%) | mean (%) | spread | best per seed (%) | clips to target per seed | "
+             "wall s / run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         seeds = ", ".join(
             (f"s{s}: {v:.1f}" if v is not None else f"s{s}: " + ("diverged" if any(d.startswith(f"seed {s}:")
@@ -110,9 +157,11 @@ def points_table(points: Sequence[dict]) -> str:
         if p["diverged"]:
             seeds += " (" + "; ".join(f"diverged at {d.split(': ')[1]}" for d in p["diverged"]) + ")"
         lr = "-" if p["lr"] is None else f"{p['lr']:.4g}"
+        best = ", ".join(_pct(b) for b in p.get("best_top1", []))
+        tta = ", ".join("-" if c is None else f"{c:,}" for c in p.get("clips_to_target", []))
         lines.append(f"| {p['recipe']} | {p['batch']} | {p['micro_batch']} x {p['accum']} | {lr} | "
                      f"{p['warmup_steps']} | {p['steps']} | {seeds} | {_pct(p['mean_top1'])} | "
-                     f"{_pct(p['spread'])} | {p['wall_s']:.0f} |")
+                     f"{_pct(p['spread'])} | {best or '-'} | {tta or '-'} | {p['wall_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -184,3 +233,117 @@ def plot_study(points: Sequence[dict], out: Path, *, chance: float, title: str) 
     fig.tight_layout()
     from tsm_ds.bench.plots import save_figure
     return save_figure(fig, Path(out))
+
+
+def _outcome(row: dict) -> str:
+    if row["status"] == "diverged":
+        return f"diverged at step {row['diverged_at']}"
+    return row["status"]
+
+
+def runs_table(rows: Sequence[dict], target: float | None) -> str:
+    """Markdown, one line per run: name, recipes, global batch, seed, lr, optimizer steps, outcome
+    (completed / diverged at step k / failed), final and best val top-1, steps and clips to
+    ``target`` ("-": not reached)."""
+    lines = ["| run | recipes | global batch | seed | lr | steps | outcome | final top-1 (%) | best top-1 (%) | "
+             "steps to target | clips to target |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["batch"], r["name"])):
+        st, clips = time_to_accuracy(r, target)
+        lr = "-" if r.get("lr") is None else f"{r['lr']:.4g}"
+        lines.append(f"| {r['name']} | {', '.join(r.get('recipes') or ['headroom'])} | {r['batch']} | {r['seed']} | "
+                     f"{lr} | {r.get('steps') if r.get('steps') is not None else '-'} | {_outcome(r)} | "
+                     f"{_pct(r.get('val_top1'))} | {_pct(r.get('best_val_top1'))} | "
+                     f"{'-' if st is None else st} | {'-' if clips is None else f'{clips:,}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def calibration(sweep: Sequence[dict], headroom: dict | None, sgd_lr: float | None, *, factor: int) -> dict:
+    """Does the task leave room to lose accuracy? The best base-batch SGD run's final top-1 must
+    lie in :data:`CALIBRATION_RANGE` and the headroom run (``factor`` x the epochs, the chosen
+    lr) must gain :data:`CALIBRATION_GAIN` points on the run at the same lr.
+
+    Args:
+        sweep: the base-batch SGD rows (one per lr, first seed); headroom: the headroom run's row
+            or None; sgd_lr: the chosen lr; factor: the headroom epochs factor.
+
+    Returns:
+        {"best_sgd_top1", "in_range", "range", "same_lr_top1", "headroom_top1", "gain", "min_gain",
+        "factor", "gained", "passed", "text"}; values that could not be measured are None
+        (``passed`` is then False).
+    """
+    done = [r for r in sweep if r["status"] == "completed" and r["val_top1"] is not None]
+    best = max((float(r["val_top1"]) for r in done), default=None)
+    same = next((float(r["val_top1"]) for r in done if sgd_lr is not None and math.isclose(r["base_lr"], sgd_lr)),
+                None)
+    long_top1 = (float(headroom["val_top1"]) if headroom and headroom["status"] == "completed"
+                 and headroom["val_top1"] is not None else None)
+    gain = long_top1 - same if long_top1 is not None and same is not None else None
+    lo, hi = CALIBRATION_RANGE
+    in_range = best is not None and lo <= best <= hi
+    gained = gain is not None and gain >= CALIBRATION_GAIN
+    head = ("no headroom run" if headroom is None else
+            f"{factor}x longer run {_outcome(headroom)}" + (f", {long_top1:.1f}%" if long_top1 is not None else ""))
+    text = (f"best base-batch SGD final top-1 {_pct(best)}% (wanted {lo:.0f}-{hi:.0f}%: "
+            f"{'yes' if in_range else 'NO'}); {head}; gain on the same lr "
+            f"{'-' if gain is None else f'{gain:+.1f}'} points (wanted >= {CALIBRATION_GAIN:.0f}: "
+            f"{'yes' if gained else 'NO'})")
+    return {"best_sgd_top1": best, "in_range": in_range, "range": list(CALIBRATION_RANGE), "same_lr_top1": same,
+            "headroom_top1": long_top1, "gain": gain, "min_gain": CALIBRATION_GAIN, "factor": factor,
+            "gained": gained, "passed": bool(in_range and gained), "text": text}
+
+
+def projection(points: Sequence[dict], base_batch: int, largest: int) -> dict:
+    """The paper's 1,536-GPU time with the large batch's cost in clips to the target.
+
+    The best large-batch recipe is the recipe whose every completed seed at ``largest`` reached
+    the target, with the fewest mean clips to it; its clips over the fewest mean clips to the
+    target at ``base_batch`` (any recipe) is the *clips inflation* of the large batch. The scaling
+    model (:mod:`tsm_ds.bench.scaling`: calibrated on the paper's single node, Summit, TSM-R50 8f,
+    50 epochs of 240k clips at 8 clips per GPU) predicts the 1,536-GPU time; the projection is that
+    time x the inflation (a large batch that needs k x the clips needs k x the epochs), next to the
+    paper's measured 14 min 13 s.
+
+    Returns:
+        {"recipe" (None: no large-batch recipe reached the target), "base_recipe", "base_clips",
+        "large_clips", "large_steps", "inflation", "model_time_s", "projected_time_s", "paper_time_s",
+        "model_time", "projected_time", "paper_time", "gpus", "text"}.
+    """
+    from tsm_ds.bench.scaling.model import calibrate, format_duration, step_breakdown
+    from tsm_ds.bench.scaling.presets import CLUSTERS, MODELS, PAPER, Workload
+
+    tsm = MODELS["tsm"]
+    w = Workload(label=tsm["label"], params=tsm["params"], frames=tsm["frames"], compute_ratio=tsm["compute_ratio"])
+    summit = CLUSTERS["summit"]
+    ref = calibrate(w, summit, gpus=PAPER["single_node_gpus"], time_s=PAPER["single_node_time_s"])
+    model_s = step_breakdown(w, summit, PAPER["large_scale_gpus"], ref)["train_time_s"]
+    out: dict = {"gpus": PAPER["large_scale_gpus"], "model_time_s": model_s, "model_time": format_duration(model_s),
+                 "paper_time_s": PAPER["large_scale_time_s"], "paper_time": format_duration(PAPER["large_scale_time_s"]),
+                 "recipe": None, "base_recipe": None, "base_clips": None, "large_clips": None, "large_steps": None,
+                 "inflation": None, "projected_time_s": None, "projected_time": None}
+
+    def ok(p: dict) -> bool:
+        done = [c for c, v in zip(p["clips_to_target"], p["val_top1"]) if v is not None]
+        return bool(done) and all(c is not None for c in done) and p["mean_clips_to_target"] is not None
+
+    base = [p for p in points if p["batch"] == base_batch and p.get("mean_clips_to_target") is not None]
+    large = [p for p in points if p["batch"] == largest and p.get("clips_to_target") and ok(p)]
+    if base:
+        b = min(base, key=lambda p: p["mean_clips_to_target"])
+        out.update(base_recipe=b["recipe"], base_clips=b["mean_clips_to_target"])
+    if base and large:
+        p = min(large, key=lambda p: p["mean_clips_to_target"])
+        infl = p["mean_clips_to_target"] / out["base_clips"]
+        out.update(recipe=p["recipe"], large_clips=p["mean_clips_to_target"],
+                   large_steps=p["mean_clips_to_target"] / largest, inflation=infl,
+                   projected_time_s=model_s * infl, projected_time=format_duration(model_s * infl))
+        out["text"] = (f"{p['recipe']} at batch {largest} reached the target in {out['large_clips']:,.0f} clips "
+                       f"({out['large_steps']:.1f} steps) against {out['base_clips']:,.0f} at batch {base_batch} "
+                       f"({out['base_recipe']}): x{infl:.2f} the clips. Scaling model at {out['gpus']:,} GPUs: "
+                       f"{out['model_time']} for the paper's 50 epochs; x{infl:.2f}: **{out['projected_time']}** "
+                       f"(paper: {out['paper_time']}).")
+    else:
+        out["text"] = (f"no recipe at batch {largest} reached the target with every seed" if base else
+                       f"no run at batch {base_batch} reached the target") + (
+            f": no projection (scaling model at {out['gpus']:,} GPUs: {out['model_time']}; paper: "
+            f"{out['paper_time']}).")
+    return out
