@@ -180,8 +180,8 @@ class BenchScaleConfig:
 LARGE_BATCH_RECIPES = ("sgd_fixed", "sgd_linear", "lars", "lamb")
 #: the full study's time, :func:`tsm_ds.experiments.large_batch.grid.estimate_seconds` of the defaults (a test
 #: keeps them equal)
-LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip costs measured in the pilots): 21 runs, "
-                        "5.2 h of one core, 2.6 h on 2 cores (2 runs at a time, one thread each); "
+LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip costs measured in the pilots): 20 runs, "
+                        "4.9 h of one core, 2.5 h on 2 cores (2 runs at a time, one thread each); "
                         "--calibrate-only (part 1: the sweep, then the 4x headroom run) ~1.3 h.")
 #: the motion demo data's difficulty presets (:data:`tsm_ds.data.synthetic.DIFFICULTIES`)
 LARGE_BATCH_DIFFICULTIES = ("demo", "hard")
@@ -200,13 +200,13 @@ class BenchLargeBatchConfig:
     batches: tuple[int, ...] | None = opt(None, "comma-separated global batches, ascending, the first is the base "
                                           "(default 8,64,512)", parse=split_ints)
     min_steps: int | None = opt(None, "optimizer steps of the largest batch at least (default 50)")
-    train_per_class: int | None = opt(None, "demo training clips per class (default 1280)")
+    train_per_class: int | None = opt(None, "demo training clips per class (default 512)")
     difficulty: str | None = opt(None, "the demo data's generator preset (its fields replace the study's; "
                                  "default: the study's own fields, preset hard)", choices=LARGE_BATCH_DIFFICULTIES)
     headroom: int | None = opt(None, "epochs factor of the headroom run (base-batch SGD, chosen lr, first seed: "
                                "the calibration's 'a longer run still gains'); 0: none (default 4)")
     sgd_lrs: tuple[float, ...] | None = opt(None, "SGD lrs swept at the base batch, at most 4 (default "
-                                            "0.003,0.01,0.03)", parse=split_floats)
+                                            "0.003,0.01)", parse=split_floats)
     lars_base_lr: float | None = opt(None, "LARS lr at the base batch (default 0.5)")
     lamb_base_lr: float | None = opt(None, "LAMB lr at the base batch (default 0.005)")
     seeds: tuple[int, ...] | None = opt(None, "training seeds: all at the base and the largest batch, the first "

@@ -90,8 +90,8 @@ class StudySettings:
     batches: tuple[int, ...] = (8, 64, 512)
     micro_batch: int = 8
     min_steps: int = 50
-    train_per_class: int = 1280
-    val_per_class: int = 500
+    train_per_class: int = 512
+    val_per_class: int = 200
     difficulty: str = "hard"
     classes: tuple[str, ...] = _HARD["classes"]
     num_frames: int = _HARD["num_frames"]
@@ -110,7 +110,7 @@ class StudySettings:
     shift_div: int = 8
     dropout: float = 0.0
     warmup_fraction: float = 0.1
-    sgd_lrs: tuple[float, ...] = (0.003, 0.01, 0.03)
+    sgd_lrs: tuple[float, ...] = (0.003, 0.01)
     lars_base_lr: float = 0.5
     lamb_base_lr: float = 0.005
     seeds: tuple[int, ...] = (0, 1)
