@@ -206,7 +206,7 @@ class BenchLargeBatchConfig:
     headroom: int | None = opt(None, "epochs factor of the headroom run (base-batch SGD, chosen lr, first seed: "
                                "the calibration's 'a longer run still gains'); 0: none (default 4)")
     sgd_lrs: tuple[float, ...] | None = opt(None, "SGD lrs swept at the base batch, at most 4 (default "
-                                            "0.003,0.01)", parse=split_floats)
+                                            "0.001,0.003)", parse=split_floats)
     lars_base_lr: float | None = opt(None, "LARS lr at the base batch (default 0.5)")
     lamb_base_lr: float | None = opt(None, "LAMB lr at the base batch (default 0.005)")
     seeds: tuple[int, ...] | None = opt(None, "training seeds: all at the base and the largest batch, the first "

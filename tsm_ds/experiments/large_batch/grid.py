@@ -110,7 +110,7 @@ class StudySettings:
     shift_div: int = 8
     dropout: float = 0.0
     warmup_fraction: float = 0.1
-    sgd_lrs: tuple[float, ...] = (0.003, 0.01)
+    sgd_lrs: tuple[float, ...] = (0.001, 0.003)
     lars_base_lr: float = 0.5
     lamb_base_lr: float = 0.005
     seeds: tuple[int, ...] = (0, 1)
