@@ -81,7 +81,7 @@ def test_bad_settings_are_refused(change, match):
 def test_grid_runs_and_the_lr_every_run_resolves_to(tmp_path):
     s = StudySettings()
     sweep = plan_sweep(s, tmp_path)
-    grid = plan_grid(s, tmp_path, 0.01)
+    grid = plan_grid(s, tmp_path, s.sgd_lrs[-1])      # the sweep chose its last lr
     assert [x.base_lr for x in sweep] == list(s.sgd_lrs) and {x.batch for x in sweep} == {8}
     names = [x.name for x in grid]
     assert len(names) == len(set(names)) == 18
@@ -109,10 +109,10 @@ def test_grid_runs_and_the_lr_every_run_resolves_to(tmp_path):
                 assert raw[k] == shipped[k]
         assert {k: v for k, v in raw["tsm_ds"].items() if k != "lr_scaling"} == \
                {k: v for k, v in shipped["tsm_ds"].items() if k != "lr_scaling"}
-    head = plan_headroom(s, tmp_path, 0.01)
-    assert (head.batch, head.seed, head.recipes, head.epochs_factor, head.base_lr) == (8, 0, (), 4, 0.01)
+    head = plan_headroom(s, tmp_path, s.sgd_lrs[-1])
+    assert (head.batch, head.seed, head.recipes, head.epochs_factor, head.base_lr) == (8, 0, (), 4, s.sgd_lrs[-1])
     assert head.recipe_file == sweep[1].recipe_file and head.name not in names
-    assert plan_headroom(dataclasses.replace(s, headroom=0), tmp_path, 0.01) is None
+    assert plan_headroom(dataclasses.replace(s, headroom=0), tmp_path, s.sgd_lrs[-1]) is None
     with pytest.raises(ValueError, match="lr chosen"):
         plan_grid(s, tmp_path, None)
     assert {x.recipes for x in plan_grid(s, tmp_path, None, ("lars", "lamb"))} == {("lars",), ("lamb",)}

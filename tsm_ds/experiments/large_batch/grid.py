@@ -178,9 +178,10 @@ class StudySettings:
 
 
 #: ``--quick``: the plumbing (batches, accumulation, lrs, the sweep, intermediate evaluations, the
-#: report), not accuracy: 16 tiny clips, 2 batches, micro-batch 2, one seed, no headroom run,
+#: report), not accuracy: 16 tiny clips of the demo's 4 classes, 2 batches, micro-batch 2, one seed, no headroom run,
 #: 5 to 7 runs of a few steps (45 s idle)
 QUICK = StudySettings(batches=(2, 8), micro_batch=2, min_steps=2, train_per_class=4, val_per_class=1,
+                      classes=DIFFICULTIES["demo"]["classes"],
                       num_frames=8, size=32, speed=(1.0, 1.5), radius=(4.0, 6.0), num_segments=2,
                       img_size=32, sgd_lrs=(0.01,), seeds=(0,), eval_every="0.5", eval_max_clips=2, headroom=0,
                       parallel=2)
