@@ -15,8 +15,8 @@ from tsm_ds.data.synthetic import DIFFICULTIES
 from tsm_ds.experiments.large_batch import (QUICK, RECIPES, StudySettings, aggregate, choose_lr, plan_grid,
                                             plan_sweep, read_run, verdicts, warmup_steps_for)
 from tsm_ds.experiments.large_batch.grid import estimate_seconds, plan_headroom
-from tsm_ds.experiments.large_batch.study_report import (calibration, projection, runs_table, target_top1,
-                                                         time_to_accuracy)
+from tsm_ds.experiments.large_batch.study_report import (calibration, projection, readme_table, runs_table,
+                                                         target_top1, time_to_accuracy)
 
 
 def test_full_study_sizes_follow_the_issue():
@@ -285,6 +285,14 @@ def test_history_time_to_accuracy_calibration_and_projection(tmp_path):
     none = projection(aggregate(rows[:2], ["sgd_fixed", "lamb"], [8, 512], target), 8, 512)
     assert none["recipe"] is None and none["projected_time_s"] is None and "no projection" in none["text"]
 
+    # the README's table: one line per recipe, batch and seed, outcomes and time to accuracy named
+    table = readme_table(pts).splitlines()
+    assert table[2] == "| sgd_fixed | 8 | 0 | 0.01 | 100 | completed | 80.0 | 80.0 | 200 / 1,600 |"
+    assert "| lars | 512 | 0 | 0.01 | 100 | completed | 79.0 | 79.0 | 2 / 1,024 |" in table
+    assert "| lars | 512 | 1 | 0.01 | 100 | diverged at step 3 | - | - | not reached |" in table
+    assert "| lamb | 8 | 0 | 0.01 | 100 | completed | 70.0 | 70.0 | not reached |" in table
+    assert len(table) == 2 + 6                       # sgd_fixed 8; lars 512 x2; lamb 8, 512 x2 (headroom: none)
+
     sweep = [dict(rows[0], base_lr=0.01), dict(rows[0], base_lr=0.03, val_top1=50.0, name="x")]
     c = calibration(sweep, dict(rows[-1], val_top1=86.0), 0.01, factor=4)
     assert (c["best_sgd_top1"], c["gain"], c["in_range"], c["gained"], c["passed"]) == (80.0, 6.0, True, True, True)
@@ -292,3 +300,21 @@ def test_history_time_to_accuracy_calibration_and_projection(tmp_path):
     assert c["gain"] == 3.0 and not c["passed"] and "NO" in c["text"]
     c = calibration([dict(sweep[0], val_top1=97.0)], None, 0.01, factor=0)
     assert not c["in_range"] and c["gain"] is None and not c["passed"] and "no headroom run" in c["text"]
+
+
+def test_readme_large_batch_table_is_the_committed_report():
+    """README "Large batch" shows the committed study, number for number: its table is
+    :func:`readme_table` of ``results/large_batch/large_batch.json``. While no report is committed
+    (the study has not finished), the README must say so and show no result table."""
+    repo = Path(__file__).resolve().parents[2]
+    readme = (repo / "README.md").read_text()
+    section = readme[readme.index("### Large batch"):readme.index("## Environment variables")]
+    committed = repo / "results" / "large_batch" / "large_batch.json"
+    if committed.is_file():
+        rep = json.loads(committed.read_text())
+        assert not rep["calibrate_only"]
+        assert readme_table(rep["points"]) in section
+        assert rep["projection"]["text"] in section
+    else:
+        assert "**Results**: the study has not finished" in section
+        assert "| recipe | global batch | seed |" not in section

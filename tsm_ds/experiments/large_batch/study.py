@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .grid import RECIPES, RunSpec, StudySettings, estimate_seconds, plan_grid, plan_headroom, plan_sweep
-from .study_report import (aggregate, calibration, plot_study, points_table, projection, runs_table, sweep_table,
-                           target_top1, verdict_lines, verdicts)
+from .study_report import (aggregate, calibration, plot_study, points_table, projection, readme_table, runs_table,
+                           sweep_table, target_top1, verdict_lines, verdicts)
 from .runs import read_run, run_env, run_one, train_command
 
 __all__ = ["PILOT_TOP1", "choose_lr", "run_study", "publish"]
@@ -186,6 +186,7 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
         f"{lr_rule}; warm-up {s.warmup_fraction:.0%} of each run's steps, cosine decay); time-to-accuracy "
         f"target {tgt} (95% of the best batch-{s.base_batch} final top-1):", "",
         points_table(points), *verdict_lines(v, s.batches), "",
+        "Per recipe, global batch and seed (README \"Large batch\"):", "", readme_table(points),
         f"Projection: {proj['text']}", "",
         "Every run:", "", runs_table(list(unique.values()), target),
         f"Pilot: {pilot['criterion']}: {'-' if pilot['top1'] is None else format(pilot['top1'], '.1f') + '%'} "

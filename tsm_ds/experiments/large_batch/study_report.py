@@ -24,7 +24,7 @@ from .grid import RECIPES
 
 __all__ = ["MIN_TOLERANCE", "TARGET_FRACTION", "CALIBRATION_RANGE", "CALIBRATION_GAIN", "aggregate", "verdicts",
            "points_table", "sweep_table", "verdict_lines", "plot_study", "target_top1", "time_to_accuracy",
-           "runs_table", "calibration", "projection"]
+           "runs_table", "calibration", "projection", "readme_table"]
 
 #: smallest tolerance (top-1 points) a drop must exceed to count as a break
 MIN_TOLERANCE = 2.0
@@ -73,7 +73,8 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
 
     Returns:
         dicts: recipe, label, batch, micro_batch, accum, lr (read back from config.json),
-        warmup_steps, steps (optimizer steps of the first seed), seeds, val_top1 (per seed; None
+        warmup_steps, steps (optimizer steps of the first seed), seeds, run_steps (optimizer steps
+        per seed: a diverged run's is its last step), val_top1 (per seed; None
         for a diverged or failed run), mean_top1 / min_top1 / max_top1 / spread over the completed
         runs, diverged (["seed s: step k"]), failed (run names), wall_s (mean seconds per run);
         best_top1 (per seed: the highest evaluation, None for a run that did not complete),
@@ -95,7 +96,7 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
                 "recipe": r, "label": RECIPES[r].label if r in RECIPES else r, "batch": b,
                 "micro_batch": first.get("micro_batch"), "accum": first.get("accum"), "lr": first.get("lr"),
                 "warmup_steps": first.get("warmup_steps"), "steps": first.get("steps"),
-                "seeds": [x["seed"] for x in runs],
+                "seeds": [x["seed"] for x in runs], "run_steps": [x.get("steps") for x in runs],
                 "val_top1": [x["val_top1"] if x["status"] == "completed" else None for x in runs],
                 "mean_top1": _mean(done), "min_top1": min(done) if done else None,
                 "max_top1": max(done) if done else None,
@@ -162,6 +163,33 @@ def points_table(points: Sequence[dict]) -> str:
         lines.append(f"| {p['recipe']} | {p['batch']} | {p['micro_batch']} x {p['accum']} | {lr} | "
                      f"{p['warmup_steps']} | {p['steps']} | {seeds} | {_pct(p['mean_top1'])} | "
                      f"{_pct(p['spread'])} | {best or '-'} | {tta or '-'} | {p['wall_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_table(points: Sequence[dict]) -> str:
+    """Markdown for README "Large batch": one line per (recipe, global batch, seed) in the order of
+    ``points`` (:func:`aggregate`): lr read back, optimizer steps, outcome (completed / diverged at
+    step k / failed), final and best val top-1 (%), and optimizer steps / clips to the target
+    ("not reached"). A test keeps the README's table equal to this function of the committed
+    ``results/large_batch/large_batch.json``."""
+    lines = ["| recipe | global batch | seed | lr | optimizer steps | outcome | final top-1 (%) | best top-1 (%) | "
+             "steps / clips to target |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        lr = "-" if p["lr"] is None else f"{p['lr']:.4g}"
+        diverged = {d.split(":")[0]: d.split(": ")[1] for d in p["diverged"]}
+        for i, seed in enumerate(p["seeds"]):
+            final = p["val_top1"][i]
+            if final is not None:
+                outcome = "completed"
+            elif f"seed {seed}" in diverged:
+                outcome = f"diverged at {diverged[f'seed {seed}']}"
+            else:
+                outcome = "failed"
+            steps_t, clips_t = p["steps_to_target"][i], p["clips_to_target"][i]
+            tta = "not reached" if clips_t is None else f"{steps_t:,} / {clips_t:,}"
+            steps = (p.get("run_steps") or [p["steps"]] * len(p["seeds"]))[i]
+            lines.append(f"| {p['recipe']} | {p['batch']} | {seed} | {lr} | {steps} | {outcome} | "
+                         f"{_pct(final)} | {_pct(p['best_top1'][i])} | {tta} |")
     return "\n".join(lines) + "\n"
 
 
