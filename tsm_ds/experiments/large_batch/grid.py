@@ -294,11 +294,12 @@ def plan_headroom(settings: StudySettings, out_dir: Path, sgd_lr: float) -> RunS
                    epochs_factor=settings.headroom)
 
 
-#: per-unit costs of :func:`estimate_seconds`, measured in the pilots (README "Large batch"): one
+#: per-unit costs of :func:`estimate_seconds`, measured (README "Large batch"; the training clip in
+#: the study's two batch-8 sweep runs, 900-909 s each with the other core busy): one
 #: training clip (forward + backward + optimizer share, resnet18 T=4 32 px, one thread), one
 #: evaluated clip, decoding one video into the ``--cache-decoded`` cache, a run's start-up and
 #: data set-up (DeepSpeed engine, model, lists)
-COST_S = {"train_clip": 0.025, "eval_clip": 0.004, "decode_video": 0.012, "run_start": 15.0}
+COST_S = {"train_clip": 0.029, "eval_clip": 0.004, "decode_video": 0.012, "run_start": 15.0}
 
 
 def _eval_points(settings: StudySettings, epochs: int, batch: int) -> int:
