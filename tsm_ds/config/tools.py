@@ -180,7 +180,7 @@ class BenchScaleConfig:
 LARGE_BATCH_RECIPES = ("sgd_fixed", "sgd_linear", "lars", "lamb")
 #: the full study's time, :func:`tsm_ds.experiments.large_batch.grid.estimate_seconds` of the defaults (a test
 #: keeps them equal)
-LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip costs measured in the pilots): 20 runs, "
+LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip costs measured in its batch-8 sweep runs): 20 runs, "
                         "5.6 h of one core, 2.8 h on 2 cores (2 runs at a time, one thread each); "
                         "--calibrate-only (part 1: the sweep, then the 4x headroom run) ~1.5 h.")
 #: the motion demo data's difficulty presets (:data:`tsm_ds.data.synthetic.DIFFICULTIES`)
