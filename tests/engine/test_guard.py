@@ -339,8 +339,9 @@ def test_a_run_whose_loss_climbs_gradually_is_stopped_by_the_stuck_rule_with_eve
     """The failure of the large-batch study, for real and with the default guard (rule 3 on): SGD
     momentum (``cpu_sgd_cosine``, clipping 20) at lr 0.1 with a 10-step warm-up on the demo data (4
     classes) never goes non-finite; its loss climbs step by step from chance to tens of nats while
-    the running median climbs with it, so the 10x rule never fires. The stuck rule stops it 20 steps
-    after the warm-up, exit 3, recorded. ~20 s of training on one thread."""
+    the running median climbs with it, so the 10x rule never fires. The stuck rule stops it once 20
+    steps in a row after the warm-up were above 3 ln 4 (step 30 on this machine; a dip below the
+    floor would restart the count, hence the range), exit 3, recorded. ~20 s on one thread."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from tsm_ds.data.synthetic import make_demo_dataset

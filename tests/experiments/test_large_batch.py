@@ -55,7 +55,7 @@ def test_estimate_fits_the_budget_and_counts_every_run():
     est = estimate_seconds(s)
     # sweep 2 + grid 18 - the shared sweep run + the headroom run = 20 runs; 23 runs' worth of clips
     assert est["runs"] == 20 and est["train_clips"] == 23 * s.epochs * s.train_clips
-    assert est["wall_s"] <= 2.8 * 3600            # measured per-clip cost: ~10 % over the issue's ~2.5 h
+    assert est["wall_s"] <= 3 * 3600                # the study's budget on 2 cores (README: 2.8 h measured-cost estimate)
     # intermediate evaluations: 4 per epoch, capped; the last one on the whole set
     one = estimate_seconds(dataclasses.replace(s, sgd_lrs=(0.01,), headroom=0), ("sgd_fixed",))
     assert one["eval_clips"] == one["runs"] * (4 * s.epochs - 1) * s.eval_max_clips + one["runs"] * s.val_clips
@@ -318,3 +318,4 @@ def test_readme_large_batch_table_is_the_committed_report():
     else:
         assert "**Results**: the study has not finished" in section
         assert "| recipe | global batch | seed |" not in section
+        assert "has not finished" in (repo / "results" / "large_batch" / "README.md").read_text()

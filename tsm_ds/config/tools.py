@@ -182,7 +182,7 @@ LARGE_BATCH_RECIPES = ("sgd_fixed", "sgd_linear", "lars", "lamb")
 #: keeps them equal)
 LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip costs measured in its batch-8 sweep runs): 20 runs, "
                         "5.6 h of one core, 2.8 h on 2 cores (2 runs at a time, one thread each); "
-                        "--calibrate-only (part 1: the sweep, then the 4x headroom run) ~1.5 h.")
+                        "--calibrate-only (part 1: the sweep, then the 4x headroom run alone) ~1.2 h.")
 #: the motion demo data's difficulty presets (:data:`tsm_ds.data.synthetic.DIFFICULTIES`)
 LARGE_BATCH_DIFFICULTIES = ("demo", "hard")
 
@@ -385,7 +385,7 @@ BENCH_SCALE = Command(
 
 BENCH_LARGE_BATCH = Command(
     prog="tsm-ds bench large-batch", sections=("bench_large_batch",), fields=("schedule.micro_batch_size",),
-    description="Trains TSM on the motion demo data (preset 'hard': noise, low contrast, distractors) at global\n"
+    description="Trains TSM on the motion demo data (preset 'hard': 10 classes, per-clip size / speed / noise, low contrast) at global\n"
                 "batches 8 / 64 / 512 (world size 1, fixed micro-batch x gradient accumulation, the same clips at\n"
                 "every batch) with four recipes: (a) SGD with the lr swept at the base batch and no scaling, (b)\n"
                 "SGD with the linear rule and warm-up, (c) LARS, (d) LAMB with its square-root rule; final and best\n"

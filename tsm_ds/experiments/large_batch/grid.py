@@ -75,7 +75,8 @@ class StudySettings:
         arch, num_segments (T), img_size (crop side, pixels), shift_div, dropout: the model.
         warmup_fraction: linear warm-up length as a fraction of each run's optimizer steps.
         sgd_lrs: the lrs tried at the base batch for (a) / (b) (at most 4).
-        lars_base_lr, lamb_base_lr: (c) / (d) lr at the base batch (chosen in the pilot).
+        lars_base_lr, lamb_base_lr: (c) / (d) lr at the base batch (carried over from the previous, easy
+            study's pilot; not re-tuned on the hard task).
         seeds: training seeds; every seed runs at the base and the largest batch, the first one
             at every batch.
         eval_every: train.py ``--eval-every`` of every run ("0.25": four evaluations per epoch,
@@ -181,7 +182,7 @@ class StudySettings:
 #: report), not accuracy: 16 tiny clips of the demo's 4 classes, 2 batches, micro-batch 2, one seed, no headroom run,
 #: 5 to 7 runs of a few steps (45 s idle)
 QUICK = StudySettings(batches=(2, 8), micro_batch=2, min_steps=2, train_per_class=4, val_per_class=1,
-                      classes=DIFFICULTIES["demo"]["classes"],
+                      classes=DIFFICULTIES["demo"]["classes"], difficulty="quick (demo classes, hard fields)",
                       num_frames=8, size=32, speed=(1.0, 1.5), radius=(4.0, 6.0), num_segments=2,
                       img_size=32, sgd_lrs=(0.01,), seeds=(0,), eval_every="0.5", eval_max_clips=2, headroom=0,
                       parallel=2)

@@ -20,7 +20,8 @@ from .runs import read_run, run_env, run_one, train_command
 __all__ = ["PILOT_TOP1", "choose_lr", "run_study", "publish"]
 
 #: the pilot's bar: (b) at the base batch must reach this val top-1 (%) for the grid to mean anything
-PILOT_TOP1 = 80.0
+#: (the calibration range's floor: a task may be calibrated and still be hard)
+PILOT_TOP1 = 60.0
 
 
 def choose_lr(sweep_rows: Sequence[dict]) -> tuple[float, str]:
@@ -95,7 +96,7 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
         overwrite: rerun runs already recorded in ``rows/``.
         keep_checkpoints: keep every run's checkpoints and exported models (deleted otherwise).
         calibrate_only: run the SGD sweep and the headroom run only (the task's calibration, the
-            study's first part: about a third of its time), report them, stop; a later call
+            study's first part: ~1.2 h of the 2.8 h, the headroom run alone after the sweep), report them, stop; a later call
             without it reuses both.
         results_dir: also copy ``large_batch.json`` / ``.md`` / ``.png`` there (a tracked folder,
             e.g. ``results/large_batch``; see :func:`publish`); None: only ``out``.
