@@ -74,7 +74,8 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
     Returns:
         dicts: recipe, label, batch, micro_batch, accum, lr (read back from config.json),
         warmup_steps, steps (optimizer steps of the first seed), seeds, run_steps (optimizer steps
-        per seed: a diverged run's is its last step), val_top1 (per seed; None
+        per seed: a diverged run's is its last step), outcomes (per seed: "completed", "diverged at
+        step k" or "failed"), val_top1 (per seed; None
         for a diverged or failed run), mean_top1 / min_top1 / max_top1 / spread over the completed
         runs, diverged (["seed s: step k"]), failed (run names), wall_s (mean seconds per run);
         best_top1 (per seed: the highest evaluation, None for a run that did not complete),
@@ -97,6 +98,7 @@ def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[in
                 "micro_batch": first.get("micro_batch"), "accum": first.get("accum"), "lr": first.get("lr"),
                 "warmup_steps": first.get("warmup_steps"), "steps": first.get("steps"),
                 "seeds": [x["seed"] for x in runs], "run_steps": [x.get("steps") for x in runs],
+                "outcomes": [_outcome(x) for x in runs],
                 "val_top1": [x["val_top1"] if x["status"] == "completed" else None for x in runs],
                 "mean_top1": _mean(done), "min_top1": min(done) if done else None,
                 "max_top1": max(done) if done else None,
@@ -176,19 +178,11 @@ def readme_table(points: Sequence[dict]) -> str:
              "steps / clips to target |", "|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         lr = "-" if p["lr"] is None else f"{p['lr']:.4g}"
-        diverged = {d.split(":")[0]: d.split(": ")[1] for d in p["diverged"]}
         for i, seed in enumerate(p["seeds"]):
-            final = p["val_top1"][i]
-            if final is not None:
-                outcome = "completed"
-            elif f"seed {seed}" in diverged:
-                outcome = f"diverged at {diverged[f'seed {seed}']}"
-            else:
-                outcome = "failed"
+            final, outcome = p["val_top1"][i], p["outcomes"][i]
             steps_t, clips_t = p["steps_to_target"][i], p["clips_to_target"][i]
             tta = "not reached" if clips_t is None else f"{steps_t:,} / {clips_t:,}"
-            steps = (p.get("run_steps") or [p["steps"]] * len(p["seeds"]))[i]
-            lines.append(f"| {p['recipe']} | {p['batch']} | {seed} | {lr} | {steps} | {outcome} | "
+            lines.append(f"| {p['recipe']} | {p['batch']} | {seed} | {lr} | {p['run_steps'][i]} | {outcome} | "
                          f"{_pct(final)} | {_pct(p['best_top1'][i])} | {tta} |")
     return "\n".join(lines) + "\n"
 
