@@ -103,7 +103,11 @@ def _train(argv: list[str], log: Path) -> str:
 
 @pytest.mark.slow
 def test_golden_run_gives_the_tensors_of_52ba896(shared_data, tmp_path):
-    _train(golden_argv(shared_data, tmp_path), tmp_path / "train.log")
+    """Also proves that skipping DeepSpeed's gradient all-reduce at one rank is exact: 52ba896
+    wrote the hash with the all-reduce (flatten, sum over one rank, divide by 1, copy back); the
+    run now skips it (its log says so) and must give the same tensors."""
+    out = _train(golden_argv(shared_data, tmp_path), tmp_path / "train.log")
+    assert "gradient all-reduce skipped (one data-parallel rank: the identity)" in out, out[-3000:]
     got = tensor_hash(tmp_path / "golden" / "last_model.pt")
     assert got == GOLDEN_TENSOR_SHA256, (
         f"the golden run's weights changed: tensor sha256 {got}, 52ba896 wrote {GOLDEN_TENSOR_SHA256} "
