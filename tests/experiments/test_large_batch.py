@@ -53,9 +53,11 @@ def test_demo_preset_is_the_generator_default():
 def test_estimate_fits_the_budget_and_counts_every_run():
     s = StudySettings()
     est = estimate_seconds(s)
-    # sweep 2 + grid 18 - the shared sweep run + the headroom run = 20 runs; 23 runs' worth of clips
-    assert est["runs"] == 20 and est["train_clips"] == 23 * s.epochs * s.train_clips
-    assert est["wall_s"] <= 3 * 3600                # the study's budget on 2 cores (README: 2.8 h measured-cost estimate)
+    # sweep 1 + grid 18 - the shared sweep run + the headroom run = 19 runs; 22 runs' worth of clips
+    assert est["runs"] == 19 and est["train_clips"] == 22 * s.epochs * s.train_clips
+    # optimizer steps: 6 batch-8 runs + the 4x one, 4 runs at 64, 8 at 512
+    assert est["opt_steps"] == (6 + 4) * 3200 + 4 * 400 + 8 * 50
+    assert est["wall_s"] <= 2.5 * 3600              # the study's budget on 2 cores (README: 2.2 h measured-cost estimate)
     # intermediate evaluations: 4 per epoch, capped; the last one on the whole set
     one = estimate_seconds(dataclasses.replace(s, sgd_lrs=(0.01,), headroom=0), ("sgd_fixed",))
     assert one["eval_clips"] == one["runs"] * (4 * s.epochs - 1) * s.eval_max_clips + one["runs"] * s.val_clips
@@ -79,7 +81,7 @@ def test_bad_settings_are_refused(change, match):
 
 
 def test_grid_runs_and_the_lr_every_run_resolves_to(tmp_path):
-    s = StudySettings()
+    s = dataclasses.replace(StudySettings(), sgd_lrs=(0.001, 0.003))   # a sweep of two (default: 0.003 alone)
     sweep = plan_sweep(s, tmp_path)
     grid = plan_grid(s, tmp_path, s.sgd_lrs[-1])      # the sweep chose its last lr
     assert [x.base_lr for x in sweep] == list(s.sgd_lrs) and {x.batch for x in sweep} == {8}

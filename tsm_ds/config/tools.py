@@ -180,9 +180,9 @@ class BenchScaleConfig:
 LARGE_BATCH_RECIPES = ("sgd_fixed", "sgd_linear", "lars", "lamb")
 #: the full study's time, :func:`tsm_ds.experiments.large_batch.grid.estimate_seconds` of the defaults (a test
 #: keeps them equal)
-LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip costs measured in its batch-8 sweep runs): 20 runs, "
-                        "5.6 h of one core, 2.8 h on 2 cores (2 runs at a time, one thread each); "
-                        "--calibrate-only (part 1: the sweep, then the 4x headroom run alone) ~1.2 h.")
+LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip and per-step costs measured in batch-8 runs): "
+                        "19 runs, 4.3 h of one core, 2.2 h on 2 cores (2 runs at a time, one thread each); "
+                        "--calibrate-only (part 1: the sweep, then the 4x headroom run alone) ~1.0 h.")
 #: the motion demo data's difficulty presets (:data:`tsm_ds.data.synthetic.DIFFICULTIES`)
 LARGE_BATCH_DIFFICULTIES = ("demo", "hard")
 
@@ -200,13 +200,14 @@ class BenchLargeBatchConfig:
     batches: tuple[int, ...] | None = opt(None, "comma-separated global batches, ascending, the first is the base "
                                           "(default 8,64,512)", parse=split_ints)
     min_steps: int | None = opt(None, "optimizer steps of the largest batch at least (default 50)")
-    train_per_class: int | None = opt(None, "demo training clips per class (default 512)")
+    train_per_class: int | None = opt(None, "demo training clips per class (default 640)")
     difficulty: str | None = opt(None, "the demo data's generator preset (its fields replace the study's; "
                                  "default: the study's own fields, preset hard)", choices=LARGE_BATCH_DIFFICULTIES)
     headroom: int | None = opt(None, "epochs factor of the headroom run (base-batch SGD, chosen lr, first seed: "
                                "the calibration's 'a longer run still gains'); 0: none (default 4)")
-    sgd_lrs: tuple[float, ...] | None = opt(None, "SGD lrs swept at the base batch, at most 4 (default "
-                                            "0.001,0.003)", parse=split_floats)
+    sgd_lrs: tuple[float, ...] | None = opt(None, "SGD lrs swept at the base batch, at most 4; chosen "
+                                            "by 0.001,0.003 on the task's first version (default "
+                                            "0.003)", parse=split_floats)
     lars_base_lr: float | None = opt(None, "LARS lr at the base batch (default 0.5)")
     lamb_base_lr: float | None = opt(None, "LAMB lr at the base batch (default 0.005)")
     seeds: tuple[int, ...] | None = opt(None, "training seeds: all at the base and the largest batch, the first "
@@ -385,9 +386,9 @@ BENCH_SCALE = Command(
 
 BENCH_LARGE_BATCH = Command(
     prog="tsm-ds bench large-batch", sections=("bench_large_batch",), fields=("schedule.micro_batch_size",),
-    description="Trains TSM on the motion demo data (preset 'hard': 10 classes, per-clip size / speed / noise, low contrast) at global\n"
+    description="Trains TSM on the motion demo data (preset 'hard': 8 classes, per-clip size / speed / noise, low contrast, distractors) at global\n"
                 "batches 8 / 64 / 512 (world size 1, fixed micro-batch x gradient accumulation, the same clips at\n"
-                "every batch) with four recipes: (a) SGD with the lr swept at the base batch and no scaling, (b)\n"
+                "every batch) with four recipes: (a) SGD at the base batch's lr (--sgd-lrs) and no scaling, (b)\n"
                 "SGD with the linear rule and warm-up, (c) LARS, (d) LAMB with its square-root rule; final and best\n"
                 "top-1, time to 95% of the best batch-8 accuracy, outcome; the task's calibration (a 4x longer\n"
                 "batch-8 run) and the 1,536-GPU projection. Every run is ``python -m tsm_ds.train``. Writes\n"

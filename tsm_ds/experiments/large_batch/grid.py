@@ -74,7 +74,9 @@ class StudySettings:
             data_seed: the dataset's seed.
         arch, num_segments (T), img_size (crop side, pixels), shift_div, dropout: the model.
         warmup_fraction: linear warm-up length as a fraction of each run's optimizer steps.
-        sgd_lrs: the lrs tried at the base batch for (a) / (b) (at most 4).
+        sgd_lrs: the lrs tried at the base batch for (a) / (b) (at most 4). Default: 0.003 alone,
+            carried over from the sweep on the first version of the hard task (0.001: 85.4 %,
+            0.003: 86.2 %; a pilot at 0.01 learned far slower), not re-swept on the current one.
         lars_base_lr, lamb_base_lr: (c) / (d) lr at the base batch (carried over from the previous, easy
             study's pilot; not re-tuned on the hard task).
         seeds: training seeds; every seed runs at the base and the largest batch, the first one
@@ -91,8 +93,8 @@ class StudySettings:
     batches: tuple[int, ...] = (8, 64, 512)
     micro_batch: int = 8
     min_steps: int = 50
-    train_per_class: int = 512
-    val_per_class: int = 200
+    train_per_class: int = 640
+    val_per_class: int = 250
     difficulty: str = "hard"
     classes: tuple[str, ...] = _HARD["classes"]
     num_frames: int = _HARD["num_frames"]
@@ -111,7 +113,7 @@ class StudySettings:
     shift_div: int = 8
     dropout: float = 0.0
     warmup_fraction: float = 0.1
-    sgd_lrs: tuple[float, ...] = (0.001, 0.003)
+    sgd_lrs: tuple[float, ...] = (0.003,)
     lars_base_lr: float = 0.5
     lamb_base_lr: float = 0.005
     seeds: tuple[int, ...] = (0, 1)
@@ -295,12 +297,15 @@ def plan_headroom(settings: StudySettings, out_dir: Path, sgd_lr: float) -> RunS
                    epochs_factor=settings.headroom)
 
 
-#: per-unit costs of :func:`estimate_seconds`, measured (README "Large batch"; the training clip in
-#: the study's two batch-8 sweep runs, 900-909 s each with the other core busy): one
-#: training clip (forward + backward + optimizer share, resnet18 T=4 32 px, one thread), one
-#: evaluated clip, decoding one video into the ``--cache-decoded`` cache, a run's start-up and
-#: data set-up (DeepSpeed engine, model, lists)
-COST_S = {"train_clip": 0.029, "eval_clip": 0.004, "decode_video": 0.012, "run_start": 15.0}
+#: per-unit costs of :func:`estimate_seconds` in seconds of one core (resnet18 T=4 at 32 px, one
+#: thread, the other core busy; README "Large batch"): ``train_clip`` one clip's forward + backward
+#: (micro-batch 8), ``opt_step`` one optimizer step (the guard's checks, gradient clipping, the
+#: update), ``eval_clip`` one evaluated clip, ``decode_video`` one video into the
+#: ``--cache-decoded`` cache, ``run_start`` a run's start-up. Split by a cProfile of a batch-8 run
+#: (forward + backward 66 %, optimizer step 19 %, DeepSpeed's all-reduce at one rank 15 %, since
+#: skipped) and scaled to the batch-8 sweep runs of the first hard task (900-909 s for 25,600
+#: clips, all-reduce included).
+COST_S = {"train_clip": 0.0196, "opt_step": 0.046, "eval_clip": 0.004, "decode_video": 0.012, "run_start": 15.0}
 
 
 def _eval_points(settings: StudySettings, epochs: int, batch: int) -> int:
@@ -322,13 +327,13 @@ def _eval_points(settings: StudySettings, epochs: int, batch: int) -> int:
 
 def estimate_seconds(settings: StudySettings, recipes: tuple[str, ...] = tuple(RECIPES),
                      cost: dict[str, float] | None = None) -> dict[str, Any]:
-    """The study's CPU time from per-unit costs (:data:`COST_S`): every run's training clips,
-    evaluated clips (intermediate evaluations capped at ``eval_max_clips``, the last one on the
+    """The study's CPU time from per-unit costs (:data:`COST_S`): every run's training clips and
+    optimizer steps, evaluated clips (intermediate evaluations capped at ``eval_max_clips``, the last one on the
     whole set), decoded videos and start-up, summed, then over ``parallel`` runs at a time.
 
     Returns:
         {"runs": int (the sweep, the grid and the headroom run, each once), "train_clips": int,
-        "eval_clips": int, "cpu_s": float (one core), "wall_s": float (cpu_s / parallel, the
+        "opt_steps": int, "eval_clips": int, "cpu_s": float (one core), "wall_s": float (cpu_s / parallel, the
         longest run at least: the runs are independent processes on ``parallel`` cores)}.
     """
     c = {**COST_S, **(cost or {})}
@@ -348,9 +353,10 @@ def estimate_seconds(settings: StudySettings, recipes: tuple[str, ...] = tuple(R
     val = s.val_clips
     cap = min(val, s.eval_max_clips or val)
     train = sum(f * s.epochs * s.train_clips for _, f in runs)
+    steps = sum(f * s.epochs * s.train_clips // b for b, f in runs)
     evals = sum(_eval_points(s, f * s.epochs, b) * cap + val for b, f in runs)
-    per_run = [f * s.epochs * s.train_clips * c["train_clip"] for _, f in runs]
-    cpu = (train * c["train_clip"] + evals * c["eval_clip"]
+    per_run = [f * s.epochs * s.train_clips * (c["train_clip"] + c["opt_step"] / b) for b, f in runs]
+    cpu = (train * c["train_clip"] + steps * c["opt_step"] + evals * c["eval_clip"]
            + len(runs) * ((s.train_clips + val) * c["decode_video"] + c["run_start"]))
-    return {"runs": len(runs), "train_clips": train, "eval_clips": evals, "cpu_s": cpu,
+    return {"runs": len(runs), "train_clips": train, "opt_steps": steps, "eval_clips": evals, "cpu_s": cpu,
             "wall_s": max(cpu / s.parallel, max(per_run, default=0.0))}
