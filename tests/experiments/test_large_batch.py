@@ -321,3 +321,26 @@ def test_readme_large_batch_table_is_the_committed_report():
         assert "**Results**: the study has not finished" in section
         assert "| recipe | global batch | seed |" not in section
         assert "has not finished" in (repo / "results" / "large_batch" / "README.md").read_text()
+
+
+def test_a_recorded_command_is_reused_under_either_spelling_of_the_same_interpreter(tmp_path):
+    """The ``tsm-ds`` script runs as ``.venv/bin/python3`` (its shebang), ``python -m`` as
+    ``.venv/bin/python``: one program, so a run recorded by one is reused by the other (this cost
+    a rerun of a 15-minute run). Another folder (another venv) or other arguments are not reused."""
+    from tsm_ds.experiments.large_batch.runs import same_command
+
+    real = tmp_path / "base" / "python3.11"
+    real.parent.mkdir()
+    real.write_text("")
+    venv, other = tmp_path / "venv" / "bin", tmp_path / "other" / "bin"
+    for d in (venv, other):
+        d.mkdir(parents=True)
+        for name in ("python", "python3"):
+            (d / name).symlink_to(real)
+    args = ["-m", "tsm_ds.train", "--seed", "0"]
+    assert same_command([str(venv / "python"), *args], [str(venv / "python3"), *args])
+    assert same_command([str(venv / "python"), *args], [str(venv / "python"), *args])
+    assert not same_command([str(venv / "python"), *args], [str(other / "python3"), *args])    # another venv
+    assert not same_command([str(venv / "python"), *args], [str(venv / "python3"), "-m", "tsm_ds.train", "--seed", "1"])
+    assert not same_command(None, [str(venv / "python"), *args])
+    assert not same_command([str(venv / "python")], [str(venv / "python"), *args])

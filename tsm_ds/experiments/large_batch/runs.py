@@ -19,13 +19,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from tsm_ds.engine.guard import EXIT_DIVERGED
 
 from .grid import RunSpec, StudySettings, warmup_steps_for
 
-__all__ = ["TRAIN_MODULE", "train_command", "run_env", "read_run", "run_one"]
+__all__ = ["TRAIN_MODULE", "train_command", "run_env", "read_run", "run_one", "same_command"]
 
 #: the training command every run executes (``python -m tsm_ds.train``)
 TRAIN_MODULE = "tsm_ds.train"
@@ -81,6 +81,29 @@ def _base_lr(config: dict) -> float | None:
         if isinstance(block, dict) and isinstance((block.get("params") or {}).get("lr"), (int, float)):
             return float(block["params"]["lr"])
     return None
+
+
+def same_command(recorded: Sequence[str], cmd: Sequence[str]) -> bool:
+    """Whether a recorded run's command is ``cmd``: the same arguments, run by the same interpreter
+    of the same environment.
+
+    The interpreter is compared by its folder (the venv's ``bin/``) and its resolved file, not by
+    its spelling: ``sys.executable`` is ``.venv/bin/python3`` under the ``tsm-ds`` script (its
+    shebang) and ``.venv/bin/python`` under ``python -m``, the same program; a recorded run must
+    be reused by either. Another venv (another folder) is another environment, even where both
+    resolve to one base interpreter.
+
+    Args:
+        recorded: the ``cmd`` of a row (a list of strings), or anything else (then False).
+        cmd: the command this study would run now (:func:`train_command`).
+    """
+    if not isinstance(recorded, (list, tuple)) or len(recorded) != len(cmd) or not cmd:
+        return False
+    if list(recorded[1:]) != list(cmd[1:]):
+        return False
+    a, b = str(recorded[0]), str(cmd[0])
+    return a == b or (os.path.dirname(os.path.abspath(a)) == os.path.dirname(os.path.abspath(b))
+                      and os.path.realpath(a) == os.path.realpath(b))
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .grid import RECIPES, RunSpec, StudySettings, estimate_seconds, plan_grid, plan_headroom, plan_sweep
 from .study_report import (aggregate, calibration, plot_study, points_table, projection, readme_table, runs_table,
                            sweep_table, target_top1, verdict_lines, verdicts)
-from .runs import read_run, run_env, run_one, train_command
+from .runs import read_run, run_env, run_one, same_command, train_command
 
 __all__ = ["PILOT_TOP1", "choose_lr", "run_study", "publish"]
 
@@ -58,7 +58,7 @@ def _runner(settings: StudySettings, data: Mapping[str, Any], out: Path, env: Ma
                 row = json.loads(cached.read_text())
             except ValueError:
                 row = None
-            if row and row.get("cmd") == cmd and row.get("status") in ("completed", "diverged"):
+            if row and same_command(row.get("cmd"), cmd) and row.get("status") in ("completed", "diverged"):
                 if (run_root / spec.name / "config.json").is_file():
                     row.update(read_run(run_root / spec.name))   # read back again: the files are the truth
                 counter["done"] += 1
