@@ -178,7 +178,7 @@ class Trainer:
                 boundary = eng.is_gradient_accumulation_boundary()
                 eng.backward(loss)
                 t2 = time.perf_counter()
-                if boundary and p.manual_comm and not p.skip_reduce:
+                if boundary and p.manual_comm and not p.skip_reduce:   # skip_reduce: one rank, the identity
                     p.compressor.allreduce(params) if p.compressor is not None else eng.allreduce_gradients()
                 t3 = time.perf_counter()
                 acc.add_loss(float(loss.detach()), label.numel())

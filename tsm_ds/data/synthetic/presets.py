@@ -16,8 +16,8 @@ preset (a clip's twin is the same clip played backwards).
   4 sampled frames are ~4 frames apart. Calibrated through the trainer (README "Large batch",
   the pilots): batch-8 SGD stays below 90 % in the study's 5 epochs and a 4x longer run gains
   more than 5 points. The versions before it plateaued near 90 % because the rotating cw / ccw
-  pair stayed at chance (confusion matrix of a 4x run: 8 classes at 97-100 %, rotation 9.5 / 89
-  %); with 8-frame clips every 4-class variant stayed at chance for 800 batch-8 steps.
+  pair stayed at chance (confusion matrix of a 4x run: 8 classes at 97-100 %, rotating cw 9.5 %,
+  ccw 89 %); with 8-frame clips every 4-class variant stayed at chance for 800 batch-8 steps.
 """
 from __future__ import annotations
 
