@@ -2,10 +2,15 @@
 
 - ``shared_data``: the path of ../shared/data (real clips), skipping with a reason when absent.
 - DeepSpeed runs on its CPU accelerator here (DS_ACCELERATOR=cpu unless a GPU is present).
+- Disk: a passed test's ``tmp_path`` is deleted at its teardown (pytest.ini), and the folders a
+  module's fixtures made with ``tmp_path_factory`` when the module ends, unless one of its tests
+  failed (then both stay for a look). The whole suite writes ~10 GB; at any time it now holds
+  about the largest single test's (< 1 GB).
 """
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,32 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests (launcher, several processes); CI runs them")
     config.addinivalue_line("markers", "cluster: needs launch/cluster/harness.py (root, sshd, pdsh, SLURM, munge; "
                             "launch/cluster/install.sh); skips without it, fails under CI=true")
+
+
+_FAILED_MODULES: set[str] = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        _FAILED_MODULES.add(item.module.__name__)
+    return report
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_module_tmp(request, tmp_path_factory):
+    """Delete, when a test module ends, the folders created under pytest's base temp folder while it
+    ran (its module fixtures' ``tmp_path_factory.mktemp`` folders; passed tests' ``tmp_path`` are
+    gone already), unless one of its tests failed."""
+    base = tmp_path_factory.getbasetemp()
+    before = set(base.iterdir())
+    yield
+    if request.module.__name__ in _FAILED_MODULES:
+        return
+    for path in set(base.iterdir()) - before:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
