@@ -173,6 +173,27 @@ def test_points_and_verdicts():
     assert not v["lars"]["learned_at_base"] and v["lars"]["holds"] == []
 
 
+def test_a_recipe_with_a_seed_at_chance_at_the_base_batch_did_not_learn_there():
+    """The study's LAMB: batch-8 seeds at 39.1 and 15.3 % (chance 12.5 %), 85.3 % at 64, 79.1 % at 512.
+    Its mean (27.2 %) is 14.7 points above chance, but one seed never left it: no "holds" verdict
+    (it would hold within the 23.9-point spread), and the line gives every batch's mean instead."""
+    from tsm_ds.experiments.large_batch.study_report import verdict_lines
+
+    rows = [_row("lamb", 8, 0, 39.1), _row("lamb", 8, 1, 15.3), _row("lamb", 64, 0, 85.3),
+            _row("lamb", 512, 0, 79.0), _row("lamb", 512, 1, 79.2),
+            _row("lars", 8, 0, 86.0), _row("lars", 8, 1, 85.7), _row("lars", 64, 0, 30.0, "diverged", 29),
+            _row("lars", 512, 0, 30.0, "diverged", 4)]
+    pts = aggregate(rows, ["lamb", "lars"], [8, 64, 512])
+    v = verdicts(pts, 8, chance=12.5)
+    assert not v["lamb"]["learned_at_base"] and v["lamb"]["holds"] == [] and v["lamb"]["breaks"] == [8, 64, 512]
+    assert v["lars"]["learned_at_base"] and (v["lars"]["holds"], v["lars"]["breaks"]) == ([8], [64, 512])
+    lamb, lars = verdict_lines(v, [8, 64, 512], pts)
+    assert lamb == ("- (d) LAMB, square-root rule + warm-up: did not learn at the base batch with every seed "
+                    "(27.2% mean (seeds: 39.1%, 15.3%)): nothing to hold; mean top-1 per batch: 8: 27.2%, "
+                    "64: 85.3%, 512: 79.1%.")
+    assert lars == "- (c) LARS, linear rule + warm-up: holds up to 8, breaks at 64, 512 (tolerance 2.0 points; base 85.8%)."
+
+
 def test_choose_lr():
     rows = [{"base_lr": 0.003, "status": "completed", "val_top1": 90.0, "best_val_top1": 90.0},
             {"base_lr": 0.01, "status": "completed", "val_top1": 94.0, "best_val_top1": 95.0},

@@ -186,7 +186,7 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
         "Final val top-1 against the global batch (only the documented rules change the lr: "
         f"{lr_rule}; warm-up {s.warmup_fraction:.0%} of each run's steps, cosine decay); time-to-accuracy "
         f"target {tgt} (95% of the best batch-{s.base_batch} final top-1):", "",
-        points_table(points), *verdict_lines(v, s.batches), "",
+        points_table(points), *verdict_lines(v, s.batches, points), "",
         "Per recipe, global batch and seed (README \"Large batch\"):", "", readme_table(points),
         f"Projection: {proj['text']}", "",
         "Every run:", "", runs_table(list(unique.values()), target),
