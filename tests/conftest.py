@@ -28,26 +28,15 @@ def pytest_configure(config):
                             "launch/cluster/install.sh); skips without it, fails under CI=true")
 
 
-_FAILED_MODULES: set[str] = set()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed:
-        _FAILED_MODULES.add(item.module.__name__)
-    return report
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _free_module_tmp(request, tmp_path_factory):
     """Delete, when a test module ends, the folders created under pytest's base temp folder while it
     ran (its module fixtures' ``tmp_path_factory.mktemp`` folders; passed tests' ``tmp_path`` are
     gone already), unless one of its tests failed."""
     base = tmp_path_factory.getbasetemp()
-    before = set(base.iterdir())
+    before, failed_before = set(base.iterdir()), request.session.testsfailed
     yield
-    if request.module.__name__ in _FAILED_MODULES:
+    if request.session.testsfailed > failed_before:
         return
     for path in set(base.iterdir()) - before:
         if path.is_dir() and not path.is_symlink():

@@ -201,6 +201,13 @@ def sweep_table(rows: Sequence[dict], chosen: float | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean_or_outcome(p: dict) -> str:
+    """A point's mean top-1 ("85.3%"), or "diverged" / "failed" when no seed completed."""
+    if p["mean_top1"] is not None:
+        return f"{_pct(p['mean_top1'])}%"
+    return "diverged" if p["diverged"] else "failed"
+
+
 def verdict_lines(v: dict[str, dict], batches: Sequence[int], points: Sequence[dict] = ()) -> list[str]:
     """One sentence per recipe: where it holds and where it breaks; for a recipe that did not learn
     at the base batch, the mean top-1 (or the outcome) at every batch of ``points`` instead."""
@@ -208,14 +215,13 @@ def verdict_lines(v: dict[str, dict], batches: Sequence[int], points: Sequence[d
     for r, d in v.items():
         name = RECIPES[r].label if r in RECIPES else r
         if not d["learned_at_base"]:
-            per = [f"{p['batch']}: " + (f"{_pct(p['mean_top1'])}%" if p["mean_top1"] is not None else "diverged"
-                                        if p["diverged"] else "failed")
-                   for p in points if p["recipe"] == r]
-            base = next((p for p in points if p["recipe"] == r and p["batch"] == min(batches)), None)
+            pts = [p for p in points if p["recipe"] == r]
+            per = ", ".join(f"{p['batch']}: {_mean_or_outcome(p)}" for p in pts) or "-"
+            base = next((p for p in pts if p["batch"] == min(batches)), None)
             seeds = (" (seeds: " + ", ".join(f"{_pct(x)}%" for x in base["val_top1"]) + ")"
                      if base and len(base["val_top1"]) > 1 else "")
             lines.append(f"- {name}: did not learn at the base batch with every seed ({_pct(d['base_top1'])}% mean"
-                         f"{seeds}): nothing to hold; mean top-1 per batch: {', '.join(per) or '-'}.")
+                         f"{seeds}): nothing to hold; mean top-1 per batch: {per}.")
             continue
         tol = f"tolerance {d['tolerance']:.1f} points"
         if not d["breaks"]:
