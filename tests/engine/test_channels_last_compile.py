@@ -106,11 +106,18 @@ def _run_scenario(sc: dict) -> None:
     settings = TrainSettings(run_dir=Path(sc["run_dir"]), epochs=1, max_steps=2, num_workers=0, class_names=list("abc"),
                              flags={"batch_size": 4, "micro_batch_size": 2, "lr": 0.2, "lr_steps": [1]},
                              progress=False, channels_last=sc.get("channels_last", False),
-                             compile=sc.get("compile", False))
+                             compile=sc.get("compile", False), max_bad_fraction=sc.get("max_bad_fraction", 0.01))
     tr = Trainer(model, Clips(8, bad=sc.get("bad", False)), Clips(4, seed=9),
                  load_config(REPO / "ds_configs" / f"{sc['recipe']}.json"),
                  settings, param_groups=groups)
-    tr.fit()
+    from tsm_ds.data.bad_videos import DataLossError
+    try:
+        tr.fit()
+    except DataLossError as e:   # the data-loss budget: what each rank decided
+        torch.save({"data_loss": {"step": e.step, "split": e.split, "files": sorted(e.report["files"]),
+                                  "fraction": e.report["fraction"]}},
+                   Path(sc["out"]) / f"{sc['name']}_rank{dist.get_rank()}.pt")
+        return
     mod = tr.parts.engine.module
     torch.save({"params": {k: v.detach().float().clone() for k, v in mod.named_parameters()},
                 "init": {k: v.float() for k, v in init.items()}, "seen_cl": seen, "compiled": bool(tr.parts.engine.is_compiled),
@@ -136,7 +143,8 @@ def _free_port() -> int:
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cl_compile")
     scenarios = [dict(name=f"cl_{r}", recipe=r, cl_model=True, channels_last=True) for r in RECIPES]
-    scenarios += [dict(name="default_cpu_fp32", recipe="cpu_fp32", bad=True),
+    scenarios += [dict(name="default_cpu_fp32", recipe="cpu_fp32", bad=True, max_bad_fraction=0.5),
+                  dict(name="over_budget", recipe="cpu_fp32", bad=True),   # the default budget, 1 %
                   dict(name="compiled", recipe="cpu_fp32", wrap_compile=True, compile="aot_eager")]
     for sc in scenarios:
         sc.update(out=str(tmp), run_dir=str(tmp / sc["name"]))
@@ -190,6 +198,11 @@ def test_bad_videos_are_distinct_files_over_ranks_warned_once(runs):
         r = _load(runs, "default_cpu_fp32", rank)
         assert sorted(r["bad"]["files"]) == ["/data/bad0.mp4", "/data/bad1.mp4", "/data/bad2.mp4"]
         assert r["bad"]["encounters"] == 4 and r["bad_metrics"] == [3, 4]
+    res = json.loads((runs / "default_cpu_fp32" / "result.json").read_text())
+    assert res["status"] == "completed_with_data_loss"   # within --max-bad-fraction 0.5: 3 of 8 files
+    assert res["data_lost"]["train"]["count"] == 3 and res["data_lost"]["train"]["total"] == 8
+    assert sorted(res["data_lost"]["train"]["files"]) == ["/data/bad0.mp4", "/data/bad1.mp4", "/data/bad2.mp4"]
+    assert res["data_lost"]["val"]["count"] == 0 and res["data_lost"]["val"]["total"] == 4
     logs = [(runs / f"rank{k}.log").read_text() for k in (0, 1)]
     assert logs[1].count("unreadable video") == 0
     assert [logs[0].count(f"sample (warned once per run; {k} distinct so far): /data/bad") for k in (1, 2, 3)] == [1, 1, 1]
@@ -214,3 +227,17 @@ def test_compiled_through_the_engine_with_clean_keys(runs):
 
 if __name__ == "__main__":
     _worker_main(sys.argv[1])
+
+
+@pytest.mark.slow
+def test_data_loss_over_the_budget_stops_every_rank_at_the_same_step(runs):
+    """Items 0, 2, 4, 6 replace unreadable files: at the default budget (1 %) both ranks stop at
+    step 1, from the same exchanged file list, and result.json says data_loss, not completed."""
+    r0, r1 = _load(runs, "over_budget", 0), _load(runs, "over_budget", 1)
+    assert r0["data_loss"] == r1["data_loss"]
+    assert r0["data_loss"]["step"] == 1 and r0["data_loss"]["split"] == "train"
+    assert r0["data_loss"]["files"] and set(r0["data_loss"]["files"]) <= {f"/data/bad{k}.mp4" for k in range(3)}
+    assert r0["data_loss"]["fraction"] == len(r0["data_loss"]["files"]) / 8
+    res = json.loads((runs / "over_budget" / "result.json").read_text())
+    assert res["status"] == "data_loss" and res["step"] == 1 and res["max_bad_fraction"] == 0.01
+    assert "--max-bad-fraction" in res["report"] and res["data_lost"]["train"]["count"] == len(r0["data_loss"]["files"])

@@ -68,5 +68,5 @@ def test_the_checker_finds_planted_reads(tmp_path):
 
 def test_the_loop_reads_in_one_screen():
     lines = LOOP.read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 270, len(lines)
+    assert len(lines) <= 300, len(lines)   # 270 forced lines of four assignments (issue 39); 300 lets them breathe
     assert max(len(ln) for ln in lines) <= 120

@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """``tsm-ds eval``; returns 0 on success, 2 on bad arguments/checkpoint/data (message on stderr)."""
+    """``tsm-ds eval``; returns 0 on success, 2 on bad arguments/checkpoint/data, 7 when more videos were
+    unreadable than ``--max-bad-fraction`` allows (message on stderr)."""
     cfg, _ = parse(COMMAND, Config, argv)
     v, e = cfg.views, cfg.eval
     from tsm_ds.inference.views import legacy_note
@@ -66,7 +67,15 @@ def main(argv: list[str]) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from tsm_ds.data.bad_videos import DataLossError, check_fraction, describe_loss
     from tsm_ds.models.weights import CheckpointError
+    from tsm_ds.utils.exits import EXIT_DATA_LOSS
+
+    try:
+        check_fraction(cfg.data.max_bad_fraction)
+    except ValueError as err:
+        print(f"tsm-ds eval: {err}", file=sys.stderr)
+        return 2
 
     try:
         metrics = evaluate(cfg.checkpoint.checkpoint, out=e.out, labels=cfg.checkpoint.labels,
@@ -76,7 +85,10 @@ def main(argv: list[str]) -> int:
                            img_size=cfg.data.img_size, average=v.average, batch_size=e.batch_size,
                            workers=e.workers, max_clips=e.max_clips, plot=e.plot,
                            trust=cfg.checkpoint.trust_checkpoint, decode_device=cfg.data.decode_device,
-                           log=lambda line: print(line, flush=True))
+                           log=lambda line: print(line, flush=True), max_bad_fraction=cfg.data.max_bad_fraction)
+    except DataLossError as err:
+        print(f"tsm-ds eval: {err}", file=sys.stderr)
+        return EXIT_DATA_LOSS
     except (FileNotFoundError, NotADirectoryError, ValueError, CheckpointError) as err:
         print(f"tsm-ds eval: {err}", file=sys.stderr)
         return 2
@@ -84,6 +96,7 @@ def main(argv: list[str]) -> int:
         print(f"top-1 {metrics['top1']:.2f}%  top-5 {metrics['top5']:.2f}%  "
               f"mean class accuracy {metrics['mean_class_accuracy']:.2f}%  ({metrics['videos']} videos)")
         print(f"results: {e.out}")
+        print(f"data lost: {describe_loss('eval', metrics['data_lost'])} (metrics.json names every file)")
     return 0
 
 

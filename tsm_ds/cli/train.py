@@ -27,7 +27,7 @@ from pathlib import Path
 from tsm_ds.config import Config, parse
 from tsm_ds.config.commands import TRAIN
 from tsm_ds.config.fields import build_parser as build_parser_for
-from tsm_ds.utils.exits import (EXIT_CONFIG, EXIT_DIVERGED, EXIT_OK, EXIT_PREEMPTED, EXIT_RENDEZVOUS,
+from tsm_ds.utils.exits import (EXIT_CONFIG, EXIT_DATA_LOSS, EXIT_DIVERGED, EXIT_OK, EXIT_PREEMPTED, EXIT_RENDEZVOUS,
                                 EXIT_SAVE_FAILED)
 
 #: the fields ``tsm_ds.train`` uses: every section of a training run (:data:`tsm_ds.config.commands.TRAIN`)
@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns 0 on success, 2 on a configuration or data error, 3 when the run diverged (the guard
     stopped it; nothing non-finite was saved), 4 when a checkpoint could not be written, 5 when
-    not every rank joined within --dist-timeout, 75 (EX_TEMPFAIL) when a stop signal made the run
+    not every rank joined within --dist-timeout, 7 when more files were unreadable than
+    --max-bad-fraction allows (the message names the count, the fraction and the files), 75 (EX_TEMPFAIL) when a stop signal made the run
     save and stop (resume with --resume auto); the hang watchdog exits 6 from its own thread
     (:mod:`tsm_ds.engine.watchdog`). The statuses are the constants of :mod:`tsm_ds.utils.exits`.
     Every rank also logs to ``<run>/logs/rank<r>.log``.
@@ -221,6 +222,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     from tsm_ds.engine.safe_load import UntrustedCheckpointError
     from tsm_ds.engine.settings import run_summary
     from tsm_ds.engine.trainer import Trainer, TrainSettings
+    from tsm_ds.data.bad_videos import DataLossError, describe_loss
     from tsm_ds.engine.recipes import ConfigError, load_config, resolve_recipe
     try:
         cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or default_recipe()))
@@ -292,7 +294,8 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
                                  else (dist_cfg.stop_signal.upper(),),
                                  step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
                                  channels_last=m.channels_last, compile=m.compile,
-                                 trust_checkpoint=cfg.checkpoint.trust_checkpoint)
+                                 trust_checkpoint=cfg.checkpoint.trust_checkpoint,
+                                 max_bad_fraction=d.max_bad_fraction)
     except ValueError as e:
         log.error("%s", e)
         return EXIT_CONFIG
@@ -320,6 +323,10 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         if rank == 0:
             log.error("%s", e.describe())
         return EXIT_DIVERGED
+    except DataLossError as e:   # decided alike on every rank (the files are exchanged first): all exit 7
+        if rank == 0:
+            log.error("%s", e.describe())
+        return EXIT_DATA_LOSS
     except CheckpointSaveError as e:
         if rank == 0:
             log.error("%s", e)
@@ -342,6 +349,9 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
             few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"
                    if val["count"] < 50 else "")
             print(f"val top-1 {val['top1']:.1f}% on {val['count']} validation clips{few}", flush=True)
+        lost = result.get("data_lost") or {}
+        print("data lost: " + (" | ".join(describe_loss(k, r) for k, r in lost.items() if r["count"]) or "none")
+              + f" (--max-bad-fraction {d.max_bad_fraction:g}; result.json names every file)", flush=True)
     return EXIT_OK
 
 

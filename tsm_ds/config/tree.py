@@ -64,6 +64,9 @@ class DataConfig:
     shard_cache: str | None = opt(None, "local cache folder of remote shards (--data s3://...; default: a folder "
                                   "under the system's temporary folder named after the URL)")
     shard_cache_mb: float = opt(20480.0, "size bound of that cache in MiB (litdata evicts the oldest chunks beyond it)")
+    max_bad_fraction: float = opt(0.01, "data-loss budget: the share of a split's files that may be unreadable "
+                                  "(replaced by other samples in training, left out of evaluation); past it the run "
+                                  "stops with exit 7 naming the files (0: any unreadable file stops it; 1: no limit)")
     demo_clips: int = opt(48, "training clips per class of the generated demo dataset (used only without data)")
 
 

@@ -12,6 +12,13 @@ the new names (:meth:`~BadVideoTracker.sync`, one ``all_gather_object``): no ext
 step without a new bad file. Rank 0 then warns once per file per run, with its reason; the
 distinct count is ``data/bad_videos``, the encounters ``data/bad_video_encounters``. The set is
 saved in checkpoints (:meth:`~BadVideoTracker.state_dict`), so a resumed run does not warn again.
+
+A replaced item is data lost. The data-loss budget (``--max-bad-fraction``, default
+:data:`DEFAULT_MAX_BAD_FRACTION`) bounds it: :func:`check_data_loss` raises :class:`DataLossError`
+when the distinct unreadable files of a split exceed that fraction of the split's files; the
+trainer checks it where the tracker syncs (every optimizer step) and after every evaluation,
+``tsm-ds eval`` after scoring (exit :data:`tsm_ds.utils.exits.EXIT_DATA_LOSS`). Within the budget
+:func:`loss_report` is what ``result.json`` and ``metrics.json`` record.
 """
 from __future__ import annotations
 
@@ -19,7 +26,13 @@ import json
 import logging
 from typing import Any, Mapping
 
-__all__ = ["BadVideoTracker", "parse_bad_files"]
+__all__ = ["BadVideoTracker", "parse_bad_files", "DataLossError", "DEFAULT_MAX_BAD_FRACTION", "check_fraction",
+           "loss_report", "check_data_loss", "describe_loss", "run_loss_reports"]
+
+#: default data-loss budget: distinct unreadable files / files of the split (1 %)
+DEFAULT_MAX_BAD_FRACTION = 0.01
+#: files named in reports and messages (all of them are counted)
+_NAMED = 20
 
 log = logging.getLogger("tsm_ds.data")
 
@@ -133,3 +146,91 @@ class BadVideoTracker:
         self.files = dict(state.get("files") or {})
         self.encounters = int(state.get("encounters", 0))
         self.pending = {p: r for p, r in self.pending.items() if p not in self.files}
+
+
+def check_fraction(max_fraction: float) -> float:
+    """``max_fraction`` as a float in [0, 1]; ValueError naming ``--max-bad-fraction`` otherwise."""
+    try:
+        f = float(max_fraction)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"--max-bad-fraction {max_fraction}: give the share of a split's files that may be "
+                         "unreadable, from 0 (any unreadable file stops the run) to 1 (no limit)")
+    return f
+
+
+def loss_report(files: Mapping[str, str], total: int) -> dict:
+    """What a run or an evaluation lost, for ``result.json`` / ``metrics.json``.
+
+    Args:
+        files: path -> reason of every distinct unreadable file of the split.
+        total: files in the split (the denominator of the budget).
+
+    Returns:
+        ``{"count": distinct files, "total": total, "fraction": count / total (0.0 for an empty
+        split), "files": {path: reason} of every file}``.
+    """
+    n = len(files)
+    return {"count": n, "total": int(total), "fraction": n / total if total else 0.0,
+            "files": {str(k): str(v) for k, v in sorted(files.items())}}
+
+
+def describe_loss(split: str, report: Mapping) -> str:
+    """One line: ``"<split>: 3 of 17 files unreadable (17.6 %), replaced: a (why); b (why); ..."``
+    (``left out`` for an evaluation split; the first 20 files named), or ``"<split>: no file lost"``."""
+    if not report["count"]:
+        return f"{split}: no file lost"
+    named = list(report["files"].items())
+    more = f"; and {len(named) - _NAMED} more" if len(named) > _NAMED else ""
+    done = "replaced" if split == "train" else "left out"   # evaluation scores each clip once or not at all
+    return (f"{split}: {report['count']} of {report['total']} files unreadable ({100 * report['fraction']:.1f} %), "
+            f"{done}: " + "; ".join(f"{p} ({r})" for p, r in named[:_NAMED]) + more)
+
+
+class DataLossError(RuntimeError):
+    """More of a split's files were unreadable than the data-loss budget allows.
+
+    Attributes:
+        split: ``"train"`` or ``"val"``; report: :func:`loss_report`; max_fraction: the budget;
+        step: the optimizer step where it was found (None outside training).
+    """
+
+    def __init__(self, split: str, report: dict, max_fraction: float, step: int | None = None):
+        self.split, self.report, self.max_fraction, self.step = split, report, float(max_fraction), step
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """The message: the count, the fraction, the budget, the first files and what to do."""
+        at = f" at step {self.step}" if self.step is not None else ""
+        return (f"data loss{at}: {describe_loss(self.split, self.report)}; over the budget "
+                f"--max-bad-fraction {self.max_fraction:g} ({100 * self.max_fraction:g} %). Fix or remove the files "
+                "(tsm-ds check-videos lists them), or raise --max-bad-fraction to train on what is readable")
+
+
+def check_data_loss(split: str, files: Mapping[str, str], total: int, max_fraction: float, *,
+                    step: int | None = None) -> dict:
+    """The :func:`loss_report` of ``files`` among ``total``; raises when it exceeds the budget.
+
+    Args:
+        split: ``"train"`` / ``"val"`` (named in the message); files: path -> reason, distinct
+            unreadable files of the split on all ranks; total: files in the split;
+        max_fraction: the budget in [0, 1] (0: any unreadable file is too many); step: named.
+
+    Raises:
+        DataLossError: ``len(files) / total > max_fraction``.
+    """
+    report = loss_report(files, total)
+    if report["count"] and report["fraction"] > max_fraction:
+        raise DataLossError(split, report, max_fraction, step)
+    return report
+
+
+def run_loss_reports(train_files: Mapping[str, str], train_total: int, val_lost: Mapping | None = None) -> dict:
+    """``{"train": report[, "val": report]}`` (:func:`loss_report`) of a finished run: the tracker's
+    training files among ``train_total``, and the last evaluation's ``lost`` (``{"files", "total"}``,
+    :func:`tsm_ds.engine.evaluate.gather_predictions`) when there was one."""
+    out = {"train": loss_report(train_files, train_total)}
+    if val_lost:
+        out["val"] = loss_report(val_lost["files"], val_lost["total"])
+    return out

@@ -41,6 +41,7 @@ public API (``BinaryWriter``, ``StreamingDataset(batch_decode=0)[i]``, ``on_dema
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -281,15 +282,27 @@ def _litdata_plain_http_s3() -> None:
     dl._OBSTORE_AVAILABLE = False
 
 
+def _no_drop_last_warning(record: logging.LogRecord) -> bool:
+    """Drop litdata's warning about ``drop_last=False`` under WORLD_SIZE > 1: it is about litdata's own
+    iteration, which tsm_ds never uses (every read is by global index; our sampler pads)."""
+    return "disabled the `drop_last` option" not in record.getMessage()
+
+
 class ShardReader:
     """Frames of the videos of one shard folder: litdata's ``StreamingDataset[i]`` under a lock.
 
     Args:
         root: a local shard folder or ``s3://bucket/prefix``.
         cache_dir, max_mb: the local cache of remote shards (:func:`set_shard_cache`).
-        cache_chunks: remote chunks are fetched whole into the cache (default; litdata stores the
-            chunks of a slice read, ``ds[i:i + 1]``, which is how every frame is read); False:
-            litdata's on-demand byte range of each frame (``ds[i]``), nothing cached.
+        cache_chunks: remote chunks are fetched whole into the cache (default: litdata's public
+            ``on_demand_bytes`` off, set by an empty slice ``ds[0:0]`` before any read); False:
+            litdata's on-demand byte range of each frame, nothing cached.
+
+    Every frame is read as ``StreamingDataset[i]`` with ``i`` the GLOBAL sample index: litdata's
+    distributed view (``WORLD_SIZE`` read at construction: ``len`` and slices cover 1/N of the
+    samples, the same on every rank) is never used, so each rank can read every sample and the
+    sampler alone decides which rank reads what. A slice ``ds[i:i + 1]`` past that view returns
+    ``[]`` (litdata 0.2.76): reading by slice lost (N - 1)/N of the samples at N ranks (issue 36).
 
     Attributes:
         reads: videos opened by this process (:meth:`video`); samples: frames (litdata samples) read.
@@ -325,8 +338,12 @@ class ShardReader:
         # batch_decode=0: deserialize only the requested sample. litdata's default ("auto")
         # deserializes a window of up to 256 neighbours per read, for sequential iteration; under our
         # random access by index that cost ~0.9 ms a read instead of ~0.012 ms (README "Shards").
+        logging.getLogger("litdata.streaming.dataset").addFilter(_no_drop_last_warning)
         self._ds = StreamingDataset(root, shuffle=False, drop_last=False, batch_decode=0, **kw)
-        self._slice = bool(cache_chunks)
+        if cache_chunks:
+            # an empty slice reads nothing; it makes litdata create its cache and switch its public
+            # on_demand_bytes off, so every read by index fetches whole chunks into the cache
+            self._ds[0:0]
         self._lock = threading.Lock()
         self.reads = 0
         self.samples = 0
@@ -359,7 +376,7 @@ class ShardReader:
         i = first + f
         try:
             with self._lock:
-                item = self._ds[i:i + 1][0] if self._slice else self._ds[i]
+                item = self._ds[i]
         except Exception as e:   # litdata / botocore / OS errors: a missing or damaged chunk
             raise VideoOpenError(name, f"cannot read frame {f} from its shard ({type(e).__name__}: {e})") from None
         if (not isinstance(item, dict) or item.get("v") != v or item.get("f") != f

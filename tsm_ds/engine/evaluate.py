@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from tsm_ds.data.bad_videos import parse_bad_files
 from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
 
 
@@ -56,8 +57,8 @@ def _gather_varlen(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def gather_predictions(model, loader, *, forward: Callable | None = None, normalization: tuple | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def gather_predictions(model, loader, *, forward: Callable | None = None, normalization: tuple | None = None,
+                       lost: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Score a (distributed) loader and gather every sample exactly once on every rank.
 
     Args:
@@ -70,13 +71,17 @@ def gather_predictions(model, loader, *, forward: Callable | None = None, normal
         forward: ``forward(model, clip) -> scores (N, num_classes)``, ``clip`` float32 on the
             model's device; default casts the clip to the model's parameter dtype and calls ``model(clip)``.
         normalization: (mean, std); default the loader's dataset's ``normalization``, else ImageNet.
+        lost: a dict filled with what was left out, the same on every rank: ``"items"`` (sorted
+            dataset indices whose file was unreadable), ``"files"`` (path -> reason of every
+            unreadable file those items named, over all ranks; the data-loss budget's numerator)
+            and ``"total"`` (distinct indices seen: scored + left out; its denominator).
 
     Returns:
         (indices int64 (M,), scores float32 (M, num_classes), labels int64 (M,)), sorted by index,
         identical on every rank; M = number of distinct dataset samples seen (the dataset size
         when the sampler covers it), less the items whose file was unreadable (``batch["bad"]`` >
         0: the dataset replaced their clip and label by another video's): those are left out, and a
-        RuntimeWarning on each rank names them.
+        RuntimeWarning on rank 0 names them (``lost`` gets them all).
 
     Raises:
         KeyError: a batch without ``"index"`` (padding could not be removed).
@@ -88,7 +93,8 @@ def gather_predictions(model, loader, *, forward: Callable | None = None, normal
     dev = param.device if param is not None else None
     was_training = model.training
     model.eval()
-    idx_l, sc_l, lab_l, left_out = [], [], [], []
+    idx_l, sc_l, lab_l = [], [], []
+    left: dict[int, dict[str, str]] = {}   # dataset index -> {path: reason} of its unreadable files
     try:
         for batch in loader:
             if "index" not in batch:
@@ -101,8 +107,10 @@ def gather_predictions(model, loader, *, forward: Callable | None = None, normal
             # replacement): it is left out, so that no video is scored twice or under another's name
             ok = torch.as_tensor(batch.get("bad", torch.zeros_like(index))).reshape(-1) == 0
             if not bool(ok.all()):
-                left_out.extend(f"{int(i)}: {f}" for i, f, o in zip(index, batch.get("bad_files", [""] * len(ok)), ok)
-                                if not o)
+                names = batch.get("bad_files", [""] * len(ok))
+                for i, f, o in zip(index.tolist(), [names] if isinstance(names, str) else names, ok.tolist()):
+                    if not o:
+                        left[int(i)] = parse_bad_files(f) or {f"item {int(i)}": "unreadable (not named)"}
             idx_l.append(index[ok])
             sc_l.append(scores[ok])
             lab_l.append(label[ok])
@@ -114,23 +122,32 @@ def gather_predictions(model, loader, *, forward: Callable | None = None, normal
         idx, sc, lab = torch.zeros(0, dtype=torch.int64), torch.zeros(0, 0), torch.zeros(0, dtype=torch.int64)
     # ranks with no batch still need the class count to take part in the gather
     rank, world = _world()
-    if world > 1:
-        c = torch.tensor([sc.shape[1] if sc.numel() else 0], dtype=torch.int64, device=_comm_device())
+    if world > 1:   # the class count, and whether any rank left an item out (then their names are exchanged)
+        c = torch.tensor([sc.shape[1] if sc.numel() else 0, len(left)], dtype=torch.int64, device=_comm_device())
         dist.all_reduce(c, op=dist.ReduceOp.MAX)
         c = c.cpu()
-        if sc.shape[1] != int(c):
-            sc = torch.zeros(0, int(c))
-    if left_out:
-        import warnings
-
-        warnings.warn(f"evaluation: {len(left_out)} item(s) of unreadable files are left out of the scores "
-                      f"(index: [file, reason] ...): {'; '.join(left_out[:5])}", RuntimeWarning, stacklevel=2)
+        if sc.shape[1] != int(c[0]):
+            sc = torch.zeros(0, int(c[0]))
+        if int(c[1]) > 0:
+            parts: list = [None] * world
+            dist.all_gather_object(parts, left)
+            left = {i: f for part in parts for i, f in (part or {}).items()}
     idx, sc, lab = _gather_varlen(idx), _gather_varlen(sc), _gather_varlen(lab)
     order = torch.argsort(idx, stable=True)
     idx, sc, lab = idx[order], sc[order], lab[order]
     keep = torch.ones_like(idx, dtype=torch.bool)
     keep[1:] = idx[1:] != idx[:-1]
-    return idx[keep], sc[keep], lab[keep]
+    idx, sc, lab = idx[keep], sc[keep], lab[keep]
+    files = {p: r for i in sorted(left) for p, r in left[i].items()}
+    if left and rank == 0:
+        import warnings
+
+        named = "; ".join(f"{i}: {p} ({r})" for i in sorted(left)[:5] for p, r in list(left[i].items())[:1])
+        warnings.warn(f"evaluation: {len(left)} item(s) of {len(files)} unreadable file(s) are left out of the "
+                      f"scores (index: file (reason) ...): {named}", RuntimeWarning, stacklevel=2)
+    if lost is not None:
+        lost.update(items=sorted(left), files=files, total=len(set(idx.tolist()) | set(left)))
+    return idx, sc, lab
 
 
 def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks=(1, 5)) -> dict:
@@ -196,8 +213,9 @@ def validate(engine, loader, dataset=None, *, progress=lambda items: items, sele
             (:mod:`tsm_ds.engine.cadence`), or None: all the scored clips.
 
     Returns:
-        ``{"top1", "top5", "count", "loss", "select_top1"}`` (:func:`topk_accuracy`; ``select_top1``:
-        the top-1 (%) on the scored clips among ``select``, or ``top1``), or {}.
+        ``{"top1", "top5", "count", "loss", "select_top1", "lost"}`` (:func:`topk_accuracy`;
+        ``select_top1``: the top-1 (%) on the scored clips among ``select``, or ``top1``; ``lost``:
+        the unreadable items and files left out, :func:`gather_predictions`), or {}.
     """
     import torch.nn.functional as F
 
@@ -207,8 +225,10 @@ def validate(engine, loader, dataset=None, *, progress=lambda items: items, sele
     if hasattr(dataset, "set_epoch"):
         dataset.set_epoch(0)
     norm = getattr(dataset, "normalization", None) or getattr(getattr(loader, "dataset", None), "normalization", None)
-    idx, scores, labels = gather_predictions(engine, progress(loader), normalization=norm)
+    lost: dict = {}
+    idx, scores, labels = gather_predictions(engine, progress(loader), normalization=norm, lost=lost)
     res = topk_accuracy(scores, labels, ks=(1, 5))
+    res["lost"] = lost
     if len(labels):
         res["loss"] = float(F.cross_entropy(scores, labels))
     res["select_top1"] = res["top1"]

@@ -101,6 +101,10 @@ class TrainSettings:
         trust_checkpoint: ``resume`` (and rollbacks) unpickle in full what weights-only loading
             refuses, after a warning (``--trust-checkpoint``); by default such a checkpoint is refused
             (:mod:`tsm_ds.engine.safe_load`).
+        max_bad_fraction: the data-loss budget (``--max-bad-fraction``, in [0, 1]): distinct
+            unreadable files / files of the split, checked after every optimizer step (training
+            files, all ranks) and every evaluation (the files it covered); past it the run stops
+            (:class:`tsm_ds.data.bad_videos.DataLossError`).
     """
     run_dir: Path
     epochs: int = 50
@@ -133,9 +137,12 @@ class TrainSettings:
     channels_last: bool = False
     compile: bool = False
     trust_checkpoint: bool = False
+    max_bad_fraction: float = 0.01
 
     def __post_init__(self):
         self.run_dir = Path(self.run_dir)
+        from tsm_ds.data.bad_videos import check_fraction
+        self.max_bad_fraction = check_fraction(self.max_bad_fraction)   # ValueError naming --max-bad-fraction
         if self.on_divergence not in ("stop", "rollback"):
             raise ValueError(f"on_divergence must be 'stop' or 'rollback', got {self.on_divergence!r}")
         if not 0.0 < self.rollback_lr_factor < 1.0 or self.max_rollbacks < 0:
@@ -238,13 +245,15 @@ def run_summary(result: dict, run_dir: str | Path, last_metrics: dict) -> dict:
 
     Returns:
         run_dir, steps, val_top1 / val_top5 / val_clips (None without validation), best_val_top1,
-        last_clips_per_s, rollbacks, lr_scale, history (per-epoch validation records).
+        last_clips_per_s, rollbacks, lr_scale, data_lost (``{"train": report, "val": report}``,
+        :func:`tsm_ds.data.bad_videos.loss_report` of the run's training files and of the last
+        evaluation), history (per-epoch validation records).
     """
     val = result.get("val") or {}
     return {"run_dir": str(run_dir), "steps": result["step"], "val_top1": val.get("top1"),
             "val_top5": val.get("top5"), "val_clips": val.get("count"), "best_val_top1": result["best_top1"],
             "last_clips_per_s": last_metrics.get("perf/clips_per_s"), "rollbacks": result["rollbacks"],
-            "lr_scale": result["lr_scale"], "history": result["history"]}
+            "lr_scale": result["lr_scale"], "data_lost": result.get("data_lost"), "history": result["history"]}
 
 
 def _strict(obj):
@@ -259,12 +268,18 @@ def _strict(obj):
 
 
 def stopped_record(err: Exception, checkpoint_dir) -> tuple[str, dict]:
-    """``(status, fields)`` of ``<run>/result.json`` for a run stopped by ``err``: ``diverged`` (a
+    """``(status, fields)`` of ``<run>/result.json`` for a run stopped by ``err``: ``data_loss`` (a
+    :class:`~tsm_ds.data.bad_videos.DataLossError`: step, split, budget, the loss report, message), ``diverged`` (a
     :class:`~tsm_ds.engine.guard.DivergenceError`: step, reason, loss, gradient norm, lrs, last good
     checkpoint, report), ``save_failed`` (a CheckpointSaveError: the error) or ``preempted`` (a
     :class:`~tsm_ds.engine.preempt.Preempted`: step, checkpoint under ``checkpoint_dir``, signal)."""
     from tsm_ds.engine.preempt import Preempted
 
+    from tsm_ds.data.bad_videos import DataLossError
+
+    if isinstance(err, DataLossError):
+        return "data_loss", {"step": err.step, "split": err.split, "max_bad_fraction": err.max_fraction,
+                             "data_lost": {err.split: err.report}, "report": err.describe()}
     if isinstance(err, Preempted):
         return "preempted", {"step": err.step, "checkpoint": str(Path(checkpoint_dir) / err.tag),
                              "signal": err.signal_name}
@@ -275,7 +290,8 @@ def stopped_record(err: Exception, checkpoint_dir) -> tuple[str, dict]:
 
 
 def write_run_result(run_dir: str | Path, status: str, fields: dict, *, log=None) -> None:
-    """Write ``<run_dir>/result.json``: ``{"status": completed | diverged | save_failed, **fields}``,
+    """Write ``<run_dir>/result.json``: ``{"status": completed | completed_with_data_loss | data_loss |
+    diverged | save_failed | preempted, **fields}``,
     atomically and as strict JSON (a nan loss is written "nan"), for every run that got past
     set-up, so that tools read a file, not the log. A failed write (e.g. the disk that failed the
     checkpoint) is logged through ``log.error`` when given, not raised."""

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from tsm_ds.data.bad_videos import DataLossError, check_data_loss, describe_loss, run_loss_reports
 from tsm_ds.engine.build import build_engine
 from tsm_ds.engine.checkpoint import CheckpointSaveError, save_weights_export, tag_for_step
 from tsm_ds.engine.components import default_hooks
@@ -53,6 +54,7 @@ class Trainer:
             :func:`tsm_ds.engine.components.default_hooks` of ``settings``.
 
     Raises (from ``fit``): ConfigError (a recipe that cannot work, before the first step),
+    DataLossError (more unreadable files than ``settings.max_bad_fraction`` allows: stops within the epoch),
     DivergenceError (the run diverged and stops; nothing non-finite saved), CheckpointSaveError (a
     write failed; the previous checkpoint is intact), Preempted (a stop signal: saved, stopped).
     """
@@ -112,7 +114,9 @@ class Trainer:
             while True:
                 try:
                     result = self._run(*position, start_step)
-                    self._write_result("completed", run_summary(result, s.run_dir, st.last_metrics))
+                    lost = any(rep["count"] for rep in result["data_lost"].values())
+                    self._write_result("completed_with_data_loss" if lost else "completed",
+                                       run_summary(result, s.run_dir, st.last_metrics))
                     return result
                 except DivergenceError as e:
                     has_ckpt = p.ckpt.latest_tag() is not None
@@ -121,7 +125,7 @@ class Trainer:
                                            clip=float(p.ds_config.get("gradient_clipping") or 0.0)):
                         raise
                     position = self._rollback(e)
-        except (DivergenceError, CheckpointSaveError, Preempted) as e:   # result.json says how the run ended
+        except (DivergenceError, CheckpointSaveError, Preempted, DataLossError) as e:   # result.json: how it ended
             self._write_result(*stopped_record(e, self.parts.ckpt.dir))
             raise
         finally:
@@ -205,6 +209,8 @@ class Trainer:
                                                compressor=p.compressor)
                 t_step = now
                 self.hooks.on_metrics(st.last_metrics, st.step)
+                # the data-loss budget: the tracker's files are the same on every rank after sync
+                check_data_loss("train", p.bad.files, len(self.train_set), s.max_bad_fraction, step=st.step)
                 self.bar.update(1)
                 self.bar.set_postfix(epoch=epoch, loss=f"{st.last_metrics['train/loss']:.3f}",
                                      clips_s=f"{st.last_metrics['perf/clips_per_s']:.1f}")
@@ -229,8 +235,13 @@ class Trainer:
         if st.last_saved != st.step:
             self.save(epoch, micro_i)
         self._export("last_model.pt", {"step": st.step})
+        lost = run_loss_reports(p.bad.files, len(self.train_set), val and val["lost"])
+        if lay.rank == 0 and any(rep["count"] for rep in lost.values()):
+            log.warning("data lost within the budget (--max-bad-fraction %g): %s", s.max_bad_fraction,
+                        " | ".join(describe_loss(k, rep) for k, rep in lost.items()))
         return {"step": st.step, "epoch": epoch, "val": val, "best_top1": st.best_top1, "history": st.history,
-                "rollbacks": st.rollbacks, "lr_scale": st.lr_scale, "last_metrics": st.last_metrics}
+                "rollbacks": st.rollbacks, "lr_scale": st.lr_scale, "last_metrics": st.last_metrics,
+                "data_lost": lost}
 
     def _epoch_end(self, epoch: int, micro_i: int) -> dict:
         """Validate when due (at the run's end always, on the whole set), save the epoch's end (or position)."""
@@ -246,7 +257,8 @@ class Trainer:
         if not (last or self.hooks.validation_due(st.step, micro_i // lay.accum, lay.steps_per_epoch)):
             return {}
         val = self.evaluate(full=last)
-        if val:
+        if val:   # the budget over the clips this evaluation covered (the same on every rank)
+            check_data_loss("val", val["lost"]["files"], val["lost"]["total"], self.s.max_bad_fraction, step=st.step)
             st.history.append({"epoch": epoch, "step": st.step, "val_top1": val["top1"], "val_top5": val["top5"],
                                "val_clips": val["count"]})
             self.hooks.on_metrics({"val/top1": val["top1"], "val/top5": val["top5"], "val/clips": val["count"],

@@ -180,7 +180,8 @@ def _softmax(scores: np.ndarray) -> np.ndarray:
 def write_eval_results(out_dir: str | os.PathLike, *, scores: np.ndarray, labels: np.ndarray,
                        class_names: Sequence[str], paths: Sequence[str] | None = None,
                        indices: np.ndarray | None = None, average: str = "logits",
-                       meta: dict[str, Any] | None = None, plot: bool = True) -> dict[str, Any]:
+                       meta: dict[str, Any] | None = None, plot: bool = True,
+                       data_lost: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the results directory (see the module docstring) and return the metrics.
 
     Args:
@@ -194,6 +195,8 @@ def write_eval_results(out_dir: str | os.PathLike, *, scores: np.ndarray, labels
         average: how the views were averaged; the ``score`` column is the softmax of averaged logits
             (``"logits"``) or the averaged probability (``"prob"``).
         meta: extra facts stored under ``"meta"`` in metrics.json (checkpoint, protocol, world size).
+        data_lost: the unreadable videos left out (:func:`tsm_ds.data.bad_videos.loss_report`),
+            stored as ``"data_lost"`` in metrics.json; None: not recorded.
         plot: write confusion.png.
 
     Returns:
@@ -213,6 +216,8 @@ def write_eval_results(out_dir: str | os.PathLike, *, scores: np.ndarray, labels
     metrics["average"] = average
     metrics["class_names"] = list(class_names)
     metrics["meta"] = dict(meta or {})
+    if data_lost is not None:
+        metrics["data_lost"] = data_lost
     cm = np.asarray(metrics["confusion_matrix"])
     files = {"metrics.json": out / "metrics.json", "metrics.csv": out / "metrics.csv",
              "per_class.csv": out / "per_class.csv", "predictions.csv": out / "predictions.csv",

@@ -133,7 +133,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
              num_crops: int = 1, sampling: str | None = None, full_res: bool | None = None, resize: str = "box",
              img_size: int | None = None, average: str = "logits", batch_size: int = 1, workers: int = 0,
              max_clips: int | None = None, plot: bool = True, trust: bool = False,
-             decode_device: str | None = None, log: Callable[[str], None] | None = None) -> dict | None:
+             decode_device: str | None = None, log: Callable[[str], None] | None = None,
+             max_bad_fraction: float = 0.01) -> dict | None:
     """Evaluate a checkpoint on videos with a multi-view test protocol (``tsm-ds eval``; the options
     are the fields of the ``checkpoint``, ``views`` and ``eval`` sections of :mod:`tsm_ds.config.tree`).
 
@@ -152,11 +153,15 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
             :class:`~tsm_ds.data.dataset.VideoClipDataset`); None: in the DataLoader workers.
         trust: load a checkpoint that needs more than the weights-only allowlist with full unpickling
             (``--trust-checkpoint``; :func:`load_for_inference`).
+        max_bad_fraction: the data-loss budget (``--max-bad-fraction``): unreadable videos are left
+            out of the scores; more than this share of the videos stops the evaluation.
 
     Returns:
-        the metrics dict on rank 0 (also written to ``out``), None on other ranks.
+        the metrics dict on rank 0 (also written to ``out``; ``"data_lost"`` names the unreadable
+        videos left out), None on other ranks.
 
     Raises:
+        DataLossError: more unreadable videos than ``max_bad_fraction`` allows (nothing written).
         ValueError / FileNotFoundError: bad checkpoints or data (see :func:`load_for_inference`,
         :func:`load_records`).
     """
@@ -166,6 +171,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
     from torch.utils.data.distributed import DistributedSampler
 
     from tsm_ds.data.dataset import VideoClipDataset
+    from tsm_ds.data.bad_videos import check_data_loss
     from tsm_ds.engine.evaluate import gather_predictions
     from tsm_ds.inference.eval_report import write_eval_results
     from tsm_ds.inference.views import MultiViewForward, view_protocol
@@ -195,9 +201,11 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
         log(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
             f"{img_size}px, average={average}, world size {world}")
     forward = MultiViewForward(protocol.num_views, average, max_clips=max_clips)
-    indices, scores, labels = gather_predictions(loaded.model, loader, forward=forward)
-    if len(indices) != len(dataset):
-        raise RuntimeError(f"scored {len(indices)} of {len(dataset)} videos")
+    lost: dict = {}
+    indices, scores, labels = gather_predictions(loaded.model, loader, forward=forward, lost=lost)
+    if len(indices) + len(lost["items"]) != len(dataset):
+        raise RuntimeError(f"scored {len(indices)} and left out {len(lost['items'])} of {len(dataset)} videos")
+    report = check_data_loss("eval", lost["files"], len(dataset), max_bad_fraction)   # the same on every rank
     metrics = None
     if rank == 0:
         labels_np = labels.numpy()
@@ -213,7 +221,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
                                      class_names=loaded.class_names,
                                      paths=[str(records[i].path) for i in indices.tolist()],
                                      indices=indices.numpy(), average=average, meta=meta,
-                                     plot=plot)
+                                     plot=plot, data_lost=report)
     if world > 1:
         import torch.distributed as dist
 

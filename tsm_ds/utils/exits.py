@@ -9,7 +9,7 @@ launcher, whose status is pdsh's (:func:`describe` says what 255 means).
 from __future__ import annotations
 
 __all__ = ["EXIT_OK", "EXIT_CONFIG", "EXIT_DIVERGED", "EXIT_SAVE_FAILED", "EXIT_RENDEZVOUS", "EXIT_HUNG",
-           "EXIT_PREEMPTED", "EXIT_CODES", "MEANINGS", "describe"]
+           "EXIT_DATA_LOSS", "EXIT_PREEMPTED", "EXIT_CODES", "MEANINGS", "describe"]
 
 #: the run finished
 EXIT_OK = 0
@@ -23,6 +23,9 @@ EXIT_SAVE_FAILED = 4
 EXIT_RENDEZVOUS = 5
 #: a rank made no progress within ``--step-timeout`` / ``--startup-timeout`` (``tsm_ds.engine.watchdog``)
 EXIT_HUNG = 6
+#: more files of a split were unreadable than ``--max-bad-fraction`` allows
+#: (``tsm_ds.data.bad_videos.DataLossError``); not requeued: the data needs fixing
+EXIT_DATA_LOSS = 7
 #: the stop signal (SLURM's time-limit warning) made every rank save and stop: resume with
 #: ``--resume auto`` (EX_TEMPFAIL of sysexits.h; ``tsm_ds.engine.preempt``)
 EXIT_PREEMPTED = 75
@@ -30,7 +33,7 @@ EXIT_PREEMPTED = 75
 #: name -> status, the names ``launch_helper exit-code`` takes
 EXIT_CODES: dict[str, int] = {"ok": EXIT_OK, "config": EXIT_CONFIG, "diverged": EXIT_DIVERGED,
                               "save_failed": EXIT_SAVE_FAILED, "rendezvous": EXIT_RENDEZVOUS, "hung": EXIT_HUNG,
-                              "preempted": EXIT_PREEMPTED}
+                              "data_loss": EXIT_DATA_LOSS, "preempted": EXIT_PREEMPTED}
 
 #: status -> what it means, for a person
 MEANINGS: dict[int, str] = {
@@ -41,6 +44,8 @@ MEANINGS: dict[int, str] = {
                       "previous checkpoint",
     EXIT_RENDEZVOUS: "not every rank joined within --dist-timeout: the message names the missing ranks and hosts",
     EXIT_HUNG: "a rank made no progress within --step-timeout / --startup-timeout: stacks in <run>/stacks/",
+    EXIT_DATA_LOSS: "more files were unreadable than --max-bad-fraction allows: the log and result.json name "
+                    "the count, the fraction and the files",
     EXIT_PREEMPTED: "the stop signal made every rank save a checkpoint and stop: continue with --resume auto",
 }
 
