@@ -34,22 +34,23 @@ tsm_helper() {
   PYTHONPATH="$TSM_DS_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$TSM_DS_VENV/bin/python" -m tsm_ds.cli.launch_helper "$@"
 }
 
-# venv on PATH (its ninja: DeepSpeed's op cache is not rebuilt), the op cache in the venv,
-# DS_ACCELERATOR=cpu when this node has no CUDA device (the helper's torch-free check)
+# venv on PATH (its ninja: DeepSpeed's op cache is not rebuilt), the op cache on this node's disk;
+# TSM_NODE_ACCELERATOR: this node's accelerator (the helper's torch-free check), for this script
+# only. DS_ACCELERATOR is NOT set: each rank decides on its own node (tsm_ds.engine.dist), so a
+# login node without GPUs cannot send "cpu" to GPU nodes; a DS_ACCELERATOR you export is forwarded
 tsm_setup_env() {
   [ -x "$TSM_DS_VENV/bin/python" ] || tsm_die "no venv at $TSM_DS_VENV: run 'bash launch/setup.sh' first (on every host, or on a shared filesystem)"
   export PATH="$TSM_DS_VENV/bin:$PATH"
-  export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$TSM_DS_VENV/torch_extensions}
-  if [ -z "${DS_ACCELERATOR:-}" ]; then
-    local acc; acc=$(tsm_helper accelerator) || exit $?
-    [ "$acc" != cpu ] || export DS_ACCELERATOR=cpu
-  fi
+  # DeepSpeed's op cache on each node's own disk (built once per node; no build lock on a shared filesystem)
+  if [ -z "${TORCH_EXTENSIONS_DIR:-}" ]; then TORCH_EXTENSIONS_DIR=$(tsm_helper ops-cache) || exit $?; fi
+  export TORCH_EXTENSIONS_DIR
+  TSM_NODE_ACCELERATOR=$(tsm_helper accelerator) || exit $?
 }
 
 # build DeepSpeed's CPU comm op once on this node, in one process (20 s to 2 min the first time);
 # the ranks then load it from the cache (they also take a lock around it: tsm_ds.engine.dist)
 tsm_prebuild_op() {
-  [ "${DS_ACCELERATOR:-}" = cpu ] || return 0
+  [ "${TSM_NODE_ACCELERATOR:-${DS_ACCELERATOR:-}}" = cpu ] || return 0
   [ -e "$TORCH_EXTENSIONS_DIR/deepspeed_shm_comm/deepspeed_shm_comm.so" ] && return 0   # built (the ranks check again)
   "$TSM_DS_VENV/bin/python" -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null 2>&1 \
     || tsm_log "warning: prebuilding DeepSpeed's CPU comm op failed; the ranks will try again"

@@ -12,14 +12,18 @@
 # typing-inspection, hjson) and build/gpu_check/clips (2 small clips per class of the shared data),
 # at most 60 MiB. The run installs the wheels and tsm_ds (--no-deps) into /tmp/site.
 #
-# Sections (seconds of time box): setup 25, doctor 60 (environment, compute, data: real clips through
-# the DataLoader and the whole pipeline against synthetic input, verdict), precisions 30 (TSM-R50
-# 8x224 training clips/s fp32 / fp16 / bf16 / channels-last), recipes 45 (every gpu_* recipe but
-# gpu_kinetics_1536 for 20 steps; that one resolved), fusedlamb 60 (gpu_fp16_lamb: DeepSpeed's
-# FusedLamb, JIT-built), onebit 30 (the 1-bit compressor, two ranks over gloo with CUDA tensors on one
-# GPU), gpudecode 45 (issue 27: training clips/s of CPU DataLoader workers vs --decode-device cuda,
-# the packs' JPEG frames decoded in batches with nvJPEG, and the pixel difference of the two paths;
-# tsm_ds/bench/decode_device.py), compile 50 (torch.compile, last: the likeliest to run out of time).
+# Sections and their time boxes (BOX below; each box + KILL_AFTER s to be killed; the sum is at most
+# 300 s, checked by tests/cli/test_launch_scripts.py): setup (install the carried wheels), doctor
+# (environment, compute, data: real clips through the DataLoader and the whole pipeline against
+# synthetic input, verdict), precisions (TSM-R50 8x224 training clips/s fp16 / bf16 / channels-last),
+# recipes (every gpu_* recipe but gpu_kinetics_1536 for 20 steps; that one resolved), onebit (the
+# 1-bit compressor, two ranks over gloo with CUDA tensors on one GPU), gpudecode (training clips/s of
+# CPU DataLoader workers vs --decode-device cuda, nvJPEG in batches, and the pixel difference of the
+# two paths; tsm_ds/bench/decode_device.py), fusedlamb (gpu_fp16_lamb: DeepSpeed's FusedLamb,
+# JIT-built with nvcc in its own box: the likeliest to run out of time), compile (torch.compile of a
+# small TSM, resnet18 8x112: a cold compile of TSM-R50 8x224 does not fit a box), last.
+# The GPU machine's own stack is its image's python3 with torch 2.11 + CUDA 13.0 (the device tool's
+# docs), not the pinned torch 2.14.1: the setup section prints the versions it found.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -115,7 +119,7 @@ section() {
   local name="$1" box="$2"; shift 2
   echo "== $name (time box ${box} s): $*" | tee -a "$LOG"
   local t0=$SECONDS
-  timeout --kill-after=10 "$box" "$@" >> "$LOG" 2>&1
+  timeout --kill-after="$KILL_AFTER" "$box" "$@" >> "$LOG" 2>&1
   local rc=$?
   record "$name" "$rc" "$((SECONDS - t0))" "$box" "$WORK/$name/doctor.json"
   echo "   $name: rc $rc in $((SECONDS - t0)) s" | tee -a "$LOG"
@@ -123,6 +127,10 @@ section() {
 }
 skip() { record "$1" -1 0 0; echo "== $1: skipped ($2)" | tee -a "$LOG"; }
 
+# the time boxes in seconds (section name -> box); a section is killed KILL_AFTER s after its box
+declare -A BOX=([setup]=25 [doctor]=40 [precisions]=25 [recipes]=35 [onebit]=20 [gpudecode]=30 [fusedlamb]=55
+                [compile]=30)
+KILL_AFTER=5
 DOCTOR=("$PY" -m tsm_ds.cli doctor --no-progress)
 # gpudecode DEVICE SECONDS BOX: CPU workers vs batched decoding on DEVICE (needs clips)
 gpudecode() {
@@ -144,22 +152,24 @@ if [ "$MODE" = dry ]; then
   gpudecode cpu 2 15
   skip compile "on CPU torch.compile takes minutes"
 else
-  section setup 25 bash -c "set -e; nvidia-smi -L; \
+  section setup "${BOX[setup]}" bash -c "set -e; nvidia-smi -L; \
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $CARRY/wheels/*.whl; \
     PYTHONPATH=/tmp/site $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site $ROOT; \
-    PYTHONPATH=/tmp/site $PY -c 'import torch, deepspeed, av, tsm_ds; print(torch.__version__, deepspeed.__version__, av.__version__, torch.cuda.get_device_name(0))'"
+    PYTHONPATH=/tmp/site $PY -c 'import torch, deepspeed, av, tsm_ds; print(torch.__version__, torch.version.cuda, deepspeed.__version__, av.__version__, torch.cuda.get_device_name(0))'"
   export PYTHONPATH=/tmp/site
   R50=(--arch resnet50 --num-segments 8 --img-size 224)
-  section doctor 60 "${DOCTOR[@]}" "${DATA_FLAG[@]}" "${R50[@]}" --deepspeed_config gpu_bf16 --quick --out "$WORK/doctor"
-  section precisions 30 "${DOCTOR[@]}" --only compute "${R50[@]}" --deepspeed_config cpu_fp32 \
+  section doctor "${BOX[doctor]}" "${DOCTOR[@]}" "${DATA_FLAG[@]}" "${R50[@]}" --deepspeed_config gpu_bf16 --quick \
+      --out "$WORK/doctor"
+  section precisions "${BOX[precisions]}" "${DOCTOR[@]}" --only compute "${R50[@]}" --deepspeed_config cpu_fp32 \
       --precisions fp16,bf16 --channels-last --quick --out "$WORK/precisions"
-  section recipes 45 "${DOCTOR[@]}" --recipes --recipe-steps 20 \
+  section recipes "${BOX[recipes]}" "${DOCTOR[@]}" --recipes --recipe-steps 20 \
       --recipe-names gpu_autocast_bf16_onebit,gpu_bf16,gpu_fp16,gpu_fp16_comm_fp16,gpu_kinetics_1536 --out "$WORK/recipes"
-  section fusedlamb 60 "${DOCTOR[@]}" --recipes --recipe-steps 20 --recipe-names gpu_fp16_lamb --out "$WORK/fusedlamb"
-  section onebit 30 "${DOCTOR[@]}" --only onebit --out "$WORK/onebit"
-  gpudecode cuda 8 45
-  section compile 50 "${DOCTOR[@]}" --only compute "${R50[@]}" --deepspeed_config cpu_fp32 --compile --quick \
-      --out "$WORK/compile"
+  section onebit "${BOX[onebit]}" "${DOCTOR[@]}" --only onebit --out "$WORK/onebit"
+  gpudecode cuda 6 "${BOX[gpudecode]}"
+  section fusedlamb "${BOX[fusedlamb]}" "${DOCTOR[@]}" --recipes --recipe-steps 20 --recipe-names gpu_fp16_lamb \
+      --out "$WORK/fusedlamb"
+  section compile "${BOX[compile]}" "${DOCTOR[@]}" --only compute --arch resnet18 --num-segments 8 --img-size 112 \
+      --deepspeed_config cpu_fp32 --compile --quick --out "$WORK/compile"
 fi
 for f in doctor.md doctor.png; do [ -f "$WORK/doctor/$f" ] && cp "$WORK/doctor/$f" "$OUTDIR/"; done
 echo "gpu_check: $(grep -c '^{"section": "[a-z]*", "status": "ok"' "$JSONL") ok of $(wc -l < "$JSONL") sections; $JSONL" | tee -a "$LOG"

@@ -15,7 +15,7 @@ set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR == 1 && /^#!/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0;; esac
 cd "$(dirname "$0")/.."
 bash launch/setup.sh
-source launch/common.sh   # venv on PATH, DeepSpeed's op cache in .venv/torch_extensions, DS_ACCELERATOR
+source launch/common.sh   # venv on PATH, DeepSpeed's op cache in .venv/torch_extensions, this node's accelerator
 tsm_setup_env
 tsm_prebuild_op           # one build of DeepSpeed's CPU comm op (20 s to 2 min the first time), not one per rank
 
@@ -34,7 +34,7 @@ fi
 
 launcher=(deepspeed --num_gpus "$NPROC" --master_port "${MASTER_PORT:-$(tsm_free_port)}")
 CONFIG=${TSM_DS_CONFIG:-ds_configs/cpu_fp32.json}        # fp32 SGD runs on GPUs as well
-if [ "${DS_ACCELERATOR:-}" = cpu ]; then                 # set by tsm_setup_env without CUDA (gloo)
+if [ "${TSM_NODE_ACCELERATOR:-}" = cpu ]; then           # set by tsm_setup_env: no CUDA here (gloo)
   # every rank needs its own cores (2 unpinned ranks on 2 cores run ~10x slower): pin with
   # numactl when present, else train.py sets torch threads = cores / local ranks
   if command -v numactl >/dev/null; then launcher+=(--bind_cores_to_rank); fi

@@ -5,6 +5,7 @@ The answers come from ``python -m tsm_ds.cli.launch_helper`` (tests/cli/test_lau
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,8 +50,19 @@ def _deepspeed_parse(text: str) -> dict:
 def test_example_env_file_is_what_deepspeed_parses():
     text = (REPO / "launch" / "deepspeed_env.example").read_text()
     parsed = _deepspeed_parse(text)
-    assert parsed["DS_ACCELERATOR"] == "cpu" and parsed["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert parsed["GLOO_SOCKET_IFNAME"] == "eth0"
     assert all(not k.startswith("#") for k in parsed)
+    assert "DS_ACCELERATOR" not in parsed   # the example forces no device: each rank decides on its node (issue 37)
+
+
+def test_setup_env_sends_no_accelerator_to_the_ranks(tmp_path):
+    """A login node without GPUs must not write DS_ACCELERATOR=cpu into every rank's environment."""
+    out = tmp_path / "ranks_env"
+    p = _bash(f"unset DS_ACCELERATOR; tsm_setup_env; echo acc=$TSM_NODE_ACCELERATOR; tsm_write_env_file {out}",
+              env={"HOME": str(tmp_path)}, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "acc=cpu" in p.stdout   # this machine has no GPU: the script knows, for itself
+    assert "DS_ACCELERATOR" not in _deepspeed_parse(out.read_text())
 
 
 def test_env_file_written_for_the_ranks_skips_comments_and_forwards_the_venv(tmp_path):
@@ -191,3 +203,20 @@ def test_ssh_check_shows_ssh_own_error(tmp_path):
     assert p.returncode == 2
     assert "ssh node-a failed: Host key verification failed." in p.stderr
     assert "ssh-keyscan node-a >> ~/.ssh/known_hosts" in p.stderr and "ssh node-b failed" in p.stderr
+
+
+def test_gpu_check_fits_five_minutes_by_its_boxes():
+    """launch/gpu_check.sh on the GPU machine: every section's box plus its kill delay sums to <= 300 s,
+    and every section of the GPU run takes its box from the one table (issue 37)."""
+    text = (REPO / "launch" / "gpu_check.sh").read_text()
+    table = re.search(r"declare -A BOX=\((.*?)\)\n", text, re.S).group(1)
+    boxes = {k: int(v) for k, v in re.findall(r"\[(\w+)\]=(\d+)", table)}
+    kill = int(re.search(r"^KILL_AFTER=(\d+)$", text, re.M).group(1))
+    assert set(boxes) == {"setup", "doctor", "precisions", "recipes", "onebit", "gpudecode", "fusedlamb", "compile"}
+    assert sum(b + kill for b in boxes.values()) <= 300, boxes
+    run = text[text.index('  section setup "${BOX[setup]}"'):text.index("\nfi\n", text.index('section setup "${BOX'))]
+    used = re.findall(r'section (\w+) "\$\{BOX\[(\w+)\]\}"', run) + [("gpudecode", m) for m in
+                                                                       re.findall(r'gpudecode cuda \d+ "\$\{BOX\[(\w+)\]\}"', run)]
+    assert sorted(a for a, b in used if a == b) == sorted(boxes), used
+    assert run.rindex("section compile") > run.rindex("section fusedlamb")   # compile last
+    assert "--arch resnet18" in run[run.rindex("section compile"):]         # a small model to compile

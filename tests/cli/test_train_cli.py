@@ -7,6 +7,8 @@ import zlib
 import os
 from pathlib import Path
 
+import re
+
 import pytest
 import torch
 
@@ -36,12 +38,63 @@ def test_official_kinetics_defaults():
 
 
 def test_accelerator_env(monkeypatch):
+    from tsm_ds.utils import node
+    from tsm_ds.utils.node import AcceleratorError
+
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(node, "gpu_count", lambda environ, **kw: 0)
     msg = set_accelerator_env()
     assert os.environ["DS_ACCELERATOR"] == "cpu" and "DS_ACCELERATOR=cpu" in msg
-    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
-    assert set_accelerator_env() is None and os.environ["DS_ACCELERATOR"] == "cuda"
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")   # inherited, but this node has no usable CUDA
+    with pytest.raises(AcceleratorError, match="DS_ACCELERATOR=cuda"):
+        set_accelerator_env()
+    monkeypatch.delenv("DS_ACCELERATOR")
+    with pytest.raises(AcceleratorError, match="recipe gpu_bf16.json needs CUDA"):
+        set_accelerator_env(needs_cuda="a gpu_* recipe", recipe="recipe gpu_bf16.json")
+    note = set_accelerator_env(device="cpu", needs_cuda="a gpu_* recipe", recipe="recipe gpu_bf16.json")
+    assert os.environ["DS_ACCELERATOR"] == "cpu" and "--device cpu" in note and "meant for CUDA" in note
+
+
+@pytest.mark.parametrize("kw,env,want", [
+    # auto: CUDA where usable, the CPU where there is no GPU and the recipe does not need one
+    (dict(gpus=8, cuda_usable=True), {}, "cuda"),
+    (dict(gpus=0, cuda_usable=False), {}, "cpu"),
+    (dict(gpus=0, cuda_usable=False), {"DS_ACCELERATOR": "cpu"}, "cpu"),
+    (dict(gpus=8, cuda_usable=True), {"DS_ACCELERATOR": "cuda"}, "cuda"),
+    # forced on purpose: the CPU on a GPU node or with a GPU recipe
+    (dict(gpus=8, cuda_usable=True, device="cpu"), {}, "cpu"),
+    (dict(gpus=0, cuda_usable=False, device="cpu", needs_cuda="fp16"), {"DS_ACCELERATOR": "cpu"}, "cpu"),
+    # what used to fall back to the CPU silently now stops, naming the cause
+    (dict(gpus=8, cuda_usable=True), {"DS_ACCELERATOR": "cpu"}, "DS_ACCELERATOR=cpu in the environment on a node "
+                                                                "with 8 GPU"),
+    (dict(gpus=4, cuda_usable=False, cuda_reason="RuntimeError: driver too old"), {},
+     "4 NVIDIA GPU(s) but torch cannot use CUDA (RuntimeError: driver too old)"),
+    (dict(gpus=0, cuda_usable=False, needs_cuda="the recipe enables fp16", recipe="recipe gpu_fp16.json"), {},
+     "recipe gpu_fp16.json needs CUDA (the recipe enables fp16)"),
+    (dict(gpus=0, cuda_usable=False, needs_cuda="a gpu_* recipe"), {"DS_ACCELERATOR": "cpu"}, "needs CUDA"),
+    (dict(gpus=0, cuda_usable=False, device="cuda"), {}, "--device cuda: CUDA is not usable"),
+    (dict(gpus=8, cuda_usable=True, device="cuda"), {"DS_ACCELERATOR": "cpu"}, "--device cuda, but DS_ACCELERATOR=cpu"),
+])
+def test_accelerator_decided_on_each_node_never_a_silent_cpu(kw, env, want):
+    from tsm_ds.utils.node import AcceleratorError, decide_accelerator
+
+    if want in ("cpu", "cuda"):
+        assert decide_accelerator(env, **kw)[0] == want
+    else:
+        with pytest.raises(AcceleratorError, match=re.escape(want)):
+            decide_accelerator(env, **kw)
+
+
+def test_gpu_recipe_without_cuda_stops_before_training(tmp_path, caplog):
+    """``--deepspeed_config gpu_bf16`` on this CPU machine: exit 2 naming the recipe and --device cpu
+    (it trained on the CPU, exit 0, without a word before issue 37)."""
+    from tsm_ds.cli import train
+
+    caplog.set_level("ERROR")
+    assert train.main(["--deepspeed_config", "gpu_bf16", "--data", str(tmp_path / "none"),
+                       "--output-dir", str(tmp_path)]) == 2
+    assert "recipe gpu_bf16.json needs CUDA (a gpu_* recipe)" in caplog.text and "--device cpu" in caplog.text
 
 
 def test_threads_divided_between_local_ranks(monkeypatch):

@@ -68,7 +68,8 @@ class Clips(torch.utils.data.Dataset):
     """Items in VideoClipDataset's format; the clip depends on (seed, epoch, index) only."""
 
     def __init__(self, n, seed=0, bad=False):
-        self.n, self.seed, self.epoch, self.bad = n, seed, 0, bad
+        self.n, self.seed, self.epoch = n, seed, 0
+        self.bad = "bad" if bad is True else bad   # the bad files' stem (False: none)
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -81,9 +82,9 @@ class Clips(torch.utils.data.Dataset):
         x = torch.randn(2, 3, 8, 8, generator=g)
         x[:, i % 3] += 1.0
         # with ``bad``: even items replaced an unreadable file: /data/bad0, bad2, bad1, bad0 for items 0, 2, 4, 6
-        bad = self.bad and i % 2 == 0
+        bad = bool(self.bad) and i % 2 == 0
         return {"clip": x, "label": i % 3, "index": i, "bad": int(bad),
-                "bad_files": json.dumps([[f"/data/bad{i % 3}.mp4", "cannot open: test"]]) if bad else ""}
+                "bad_files": json.dumps([[f"/data/{self.bad}{i % 3}.mp4", "cannot open: test"]]) if bad else ""}
 
 
 # ---------------------------------------------------------------- worker side
@@ -144,7 +145,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cl_compile")
     scenarios = [dict(name=f"cl_{r}", recipe=r, cl_model=True, channels_last=True) for r in RECIPES]
     scenarios += [dict(name="default_cpu_fp32", recipe="cpu_fp32", bad=True, max_bad_fraction=0.5),
-                  dict(name="over_budget", recipe="cpu_fp32", bad=True),   # the default budget, 1 %
+                  dict(name="over_budget", recipe="cpu_fp32", bad="lost"),   # the default budget, 1 %
                   dict(name="compiled", recipe="cpu_fp32", wrap_compile=True, compile="aot_eager")]
     for sc in scenarios:
         sc.update(out=str(tmp), run_dir=str(tmp / sc["name"]))
@@ -236,7 +237,7 @@ def test_data_loss_over_the_budget_stops_every_rank_at_the_same_step(runs):
     r0, r1 = _load(runs, "over_budget", 0), _load(runs, "over_budget", 1)
     assert r0["data_loss"] == r1["data_loss"]
     assert r0["data_loss"]["step"] == 1 and r0["data_loss"]["split"] == "train"
-    assert r0["data_loss"]["files"] and set(r0["data_loss"]["files"]) <= {f"/data/bad{k}.mp4" for k in range(3)}
+    assert r0["data_loss"]["files"] and set(r0["data_loss"]["files"]) <= {f"/data/lost{k}.mp4" for k in range(3)}
     assert r0["data_loss"]["fraction"] == len(r0["data_loss"]["files"]) / 8
     res = json.loads((runs / "over_budget" / "result.json").read_text())
     assert res["status"] == "data_loss" and res["step"] == 1 and res["max_bad_fraction"] == 0.01

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 __all__ = ["TSM_R50_NUMEL", "METHODS", "CommLaunchError", "check_methods", "worker_argv", "launch",
-           "worker"]
+           "worker", "slowest_rank"]
 
 _LOG = logging.getLogger(__name__)
 #: gradient elements of TSM-ResNet-50 with a 400-class head (the flat parameter's default size)
@@ -231,12 +231,10 @@ def worker(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps
     for m in methods:
         extra[m]["rel_error_mean"] = float((sums[m].div_(calls) - exact).norm()) / exact_norm
     # every rank's median: the slowest rank is the step time
-    med = torch.tensor([statistics.median(times[m]) for m in methods], dtype=torch.float64)
-    allmed = [torch.empty_like(med) for _ in range(world)]
-    dist.all_gather(allmed, med)
+    slowest = slowest_rank([statistics.median(times[m]) for m in methods], world)
     if rank != 0:
         return None
-    step_s = {m: max(float(t[i]) for t in allmed) for i, m in enumerate(methods)}
+    step_s = dict(zip(methods, slowest))
     ring = 2.0 * (world - 1) / world
     rows = []
     ref_bytes = ring * 4 * numel
@@ -272,3 +270,19 @@ def worker(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps
     json_path, md_path = write_report("comm", rows, out_dir, meta=meta, title="Gradient communication per step")
     log(f"wrote {json_path} and {md_path.name}")
     return json_path
+
+
+def slowest_rank(values: list[float], world: int) -> list[float]:
+    """Per entry, the largest of every rank's value (a step takes the slowest rank's time); a
+    collective: every rank calls it. The tensors live on the backend's device
+    (:func:`tsm_ds.engine.dist.collective_device`: NCCL refuses CPU tensors)."""
+    import torch
+    import torch.distributed as dist
+
+    from tsm_ds.engine.dist import collective_device
+
+    dev = collective_device()
+    mine = torch.tensor(values, dtype=torch.float64, device=dev)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    return torch.stack(every).max(dim=0).values.cpu().tolist()

@@ -41,16 +41,11 @@ def recipe_device(ds_config: dict, tsm: dict, recipe: str) -> tuple[str, str]:
     cpu / cuda, else cuda when a GPU is visible, else cpu. Jobs are planned where they do not run:
     a GPU recipe is checked for the GPU, whatever this machine has.
     """
-    from tsm_ds.engine.config_checks import CUDA_ONLY_OPTIMIZERS
-    from tsm_ds.engine.recipes import optimizer_kind
+    from tsm_ds.engine.recipes import recipe_needs_cuda
 
-    if ds_config.get("fp16", {}).get("enabled"):
-        return "cuda", "the recipe enables fp16"
-    src, otype, _ = optimizer_kind({**ds_config, "tsm_ds": tsm})
-    if src == "deepspeed" and otype in CUDA_ONLY_OPTIMIZERS:
-        return "cuda", f"the recipe's optimizer {otype!r} is CUDA-only"
-    if os.path.basename(str(recipe)).startswith("gpu_"):
-        return "cuda", "a gpu_* recipe"
+    why = recipe_needs_cuda({**ds_config, "tsm_ds": tsm}, recipe)
+    if why:
+        return "cuda", why
     if os.environ.get("DS_ACCELERATOR") in ("cpu", "cuda"):
         return os.environ["DS_ACCELERATOR"], "$DS_ACCELERATOR"
     import torch
@@ -88,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from tsm_ds.engine.config_checks import validate_config
     from tsm_ds.engine.optim import apply_group_lrs
     from tsm_ds.engine.recipes import ConfigError, load_config, optimizer_kind, resolve_recipe
+    from tsm_ds.engine.rendezvous import collective_timeout_s, dist_timeout_s
     from tsm_ds.models import build_model
     from tsm_ds.models.groups import parameter_groups
 
@@ -127,11 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{"group": g["name"], "lr_mult": g["lr_mult"], "lr": g["lr"], "weight_decay": g["weight_decay"],
              "parameters": sum(p.numel() for p in g["params"])} for g in groups]
     g, m, a = ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
+    dc = cfg.distributed
+    timeouts = {"join_s": dist_timeout_s(dc.dist_timeout), "step_s": dc.step_timeout, "startup_s": dc.startup_timeout,
+                "collective_s": collective_timeout_s(dc.dist_timeout, dc.step_timeout, dc.startup_timeout)}
     if plan.json:
         print(json.dumps({"engine_json": str(path), "device": device, "ds_config": ds, "tsm_ds": tsm,
                           "auto_filled": filled, "world_size": plan.world_size, "global_batch": g, "micro_batch": m,
                           "accumulation": a, "train_samples": plan.train_samples, "steps_per_epoch": spe,
-                          "epochs": sch.epochs, "total_steps": total, "param_groups": rows}, indent=2, default=str))
+                          "epochs": sch.epochs, "total_steps": total, "param_groups": rows, "timeouts": timeouts},
+                         indent=2, default=str))
         return 0
     from tsm_ds.utils.io import markdown_table
     print(f"engine JSON {path}, resolved for {plan.world_size} ranks and {plan.train_samples} training clips "
@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
           + f": {total} optimizer steps")
     for line in _schedule(tsm, ds, spe, total):
         print(line)
+    print(f"\ntimeouts: ranks join within {timeouts['join_s']:.0f} s (--dist-timeout); collectives "
+          f"{timeouts['collective_s']:.0f} s, above the hang watchdog's --step-timeout {dc.step_timeout:.0f} s and "
+          f"--startup-timeout {dc.startup_timeout:.0f} s: the watchdog fires first (stacks, exit 6)")
     print(f"\nparameter groups of {cfg.model.arch} ({cfg.model.num_classes} classes), peak lr:")
     print(markdown_table(rows), end="")
     return 0

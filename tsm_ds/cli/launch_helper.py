@@ -240,6 +240,8 @@ def _need(args: list[str], n: int, usage: str) -> None:
 def _answer(query: str, args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
     if query == "accelerator":
         return 0, node.accelerator(environ), ""
+    if query == "ops-cache":
+        return 0, node.ops_cache_dir(environ), ""
     if query == "default-recipe":
         return 0, node.default_recipe(node.accelerator(environ)), ""
     if query == "ranks-per-node":
@@ -296,7 +298,7 @@ def _answer(query: str, args: list[str], environ: Mapping[str, str]) -> tuple[in
     if query == "explain-exit":
         _need(args, 1, "explain-exit CODE")
         return 0, exits.describe(_int(args[0], "exit status")), ""
-    names = ("accelerator, default-recipe, ranks-per-node, threads, port, hosts, slots, check-ssh, "
+    names = ("accelerator, ops-cache, default-recipe, ranks-per-node, threads, port, hosts, slots, check-ssh, "
              "launch-args, output-dir, exit-code, explain-exit")
     return 2, "", f"launch: unknown query {query!r} of tsm_ds.cli.launch_helper: one of {names}"
 

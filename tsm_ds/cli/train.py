@@ -168,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
     """
     from tsm_ds.engine.dist import set_accelerator_env, set_threads
 
-    acc_msg = set_accelerator_env()
     thread_msg = set_threads()
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.WARNING, format=f"[rank{rank}] %(asctime)s %(levelname)s %(message)s",
@@ -186,8 +185,21 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     for note in notes:
         (log.warning if "no option any more" in note else log.info)("%s", note)
+    from tsm_ds.engine.recipes import ConfigError, load_config, recipe_needs_cuda, resolve_recipe
+    from tsm_ds.utils.node import AcceleratorError, ops_cache_dir
+    # DeepSpeed's op cache: node-local, the same for every command (tsm_ds.utils.node.ops_cache_dir)
+    os.environ["TORCH_EXTENSIONS_DIR"] = ops_cache_dir(os.environ)
+    try:   # the accelerator, decided on this rank's node before deepspeed is imported: never a silent CPU
+        needs, name = None, "the default recipe"
+        if cfg.engine.deepspeed_config:
+            path = resolve_recipe(cfg.engine.deepspeed_config)
+            needs, name = recipe_needs_cuda(load_config(path), path), f"recipe {Path(path).name}"
+        acc_msg = set_accelerator_env(device=cfg.distributed.device, needs_cuda=needs, recipe=name)
+    except (ConfigError, AcceleratorError) as e:
+        log.error("%s", e)
+        return EXIT_CONFIG
     if acc_msg:
-        log.info(acc_msg)
+        (log.warning if "on purpose" in acc_msg or "meant for CUDA" in acc_msg else log.info)("%s", acc_msg)
     log.info(thread_msg)
     return train(cfg, log=log, rank=rank)
 
@@ -200,9 +212,10 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     from tsm_ds.models import set_fused_shift
 
     if os.environ.get("DS_ACCELERATOR") == "cpu":
-        log.info("DeepSpeed builds its CPU comm op on first use into %s (up to a few minutes, once per cache; "
-                 "launch/ scripts use .venv/torch_extensions)",
-                 os.environ.get("TORCH_EXTENSIONS_DIR") or "~/.cache/torch_extensions")
+        ops = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+        if not (ops / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").exists():
+            log.warning("DeepSpeed builds its CPU comm op into %s now (~40 s, once per machine; launch/setup.sh "
+                        "builds it ahead)", ops)
     d, m, sch, out = cfg.data, cfg.model, cfg.schedule, cfg.output
     # process-wide settings, before DataLoader workers fork (they inherit them)
     set_index_cache_dir(d.index_cache)

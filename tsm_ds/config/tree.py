@@ -48,7 +48,9 @@ class DataConfig:
     val_fraction: float = opt(0.2, "per-class hold-out for --data trees without train/ val/ folders")
     img_size: int | None = opt(224, "crop side in pixels")
     flip: bool = opt(True, "no horizontal flip (direction-sensitive classes)", flag="--no-flip")
-    num_workers: int = opt(2, "DataLoader worker processes per rank")
+    num_workers: int | None = opt(None, "DataLoader worker processes per rank (default: 2 on the CPU; on GPUs the "
+                                  "node's cores per local rank minus one, 2-12, with pinned memory and persistent "
+                                  "workers)")
     index_cache: str | None = opt(None, "also keep the per-file frame indexes on disk in this folder, shared by "
                                   "workers and runs (default: in memory only)", env="TSM_DS_INDEX_CACHE")
     index_cache_size: int = opt(8192, "frame indexes kept in memory per process", env="TSM_DS_INDEX_CACHE_SIZE")
@@ -178,6 +180,10 @@ class DistributedConfig:
     step_timeout: float = opt(1800.0, "seconds without progress (an optimizer step, an eval batch, a checkpoint "
                               "write) before the hang watchdog stops the run: every rank writes its stacks to "
                               "RUN/stacks/, exit 6 (0: off)")
+    device: str = opt("auto", "auto: CUDA where this rank's node has a usable GPU, else the CPU; a node with GPUs "
+                      "but no usable CUDA, DS_ACCELERATOR=cpu on a GPU node or a CUDA recipe (fp16, FusedLamb, "
+                      "gpu_*) without CUDA stop with the reason; cpu: the CPU on purpose; cuda: CUDA or stop",
+                      choices=("auto", "cpu", "cuda"))
     startup_timeout: float = opt(3600.0, "seconds from set-up (op builds, deepspeed.initialize, resume) to the end "
                                  "of the first optimizer step (0: off)")
 

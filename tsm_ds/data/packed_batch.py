@@ -131,7 +131,8 @@ class PackedBatch:
         else:
             try:
                 images = decode_jpeg_batch(flat, dev)
-            except RuntimeError:
+            except RuntimeError as e:   # one frame nvJPEG refuses fails the batch: decode one by one
+                _count_fallback(e, len(flat))
                 images = [_decode_alone(f, dev) for f in flat]
         out, j = [], 0
         for c in self.clips:
@@ -140,7 +141,35 @@ class PackedBatch:
             # the worker path's transform, with the boxes the worker drew
             out.append(stack_views(c.transform.apply_frames(imgs, c.boxes), c.num_clips, c.num_segments,
                                    c.multi_view))
-        return torch.stack(out)
+        batch = torch.stack(out)
+        if dev != "cpu":
+            # torchvision's CUDA decode_jpeg can hand back frames whose memory is reused while kernels
+            # that read them are still queued (torchvision PR #9606, torchcodec PR #1634): wait for the
+            # stream before the decoded frames (``images``) are freed on return
+            torch.cuda.current_stream(torch.device(dev)).synchronize()
+        return batch
+
+
+_FALLBACKS = {"batches": 0, "frames": 0}
+
+
+def nvjpeg_fallbacks() -> dict:
+    """``{"batches", "frames"}`` this process decoded one frame at a time after nvJPEG refused a
+    whole batch (logged by the trainer as ``data/nvjpeg_fallback_batches``)."""
+    return dict(_FALLBACKS)
+
+
+def _count_fallback(err: Exception, frames: int) -> None:
+    """Count a batch nvJPEG refused, and warn once per process with its reason (the frames are then
+    decoded one by one: slower, and what cannot decode on the GPU decodes on the CPU)."""
+    import warnings
+
+    _FALLBACKS["batches"] += 1
+    _FALLBACKS["frames"] += frames
+    if _FALLBACKS["batches"] == 1:
+        warnings.warn(f"nvJPEG could not decode a batch of {frames} frames ({type(err).__name__}: "
+                      f"{str(err).strip()[:300]}); decoding frame by frame instead (slower; counted as "
+                      "data/nvjpeg_fallback_batches in TensorBoard; warned once)", RuntimeWarning, stacklevel=3)
 
 
 def _decode_strict(data: bytes) -> torch.Tensor | None:

@@ -18,6 +18,9 @@ import torch
 import torch.distributed as dist
 
 from tsm_ds.data.bad_videos import BadVideoTracker
+from tsm_ds.engine.loaders import default_num_workers
+from tsm_ds.engine.rendezvous import collective_timeout_s, dist_timeout_s
+from tsm_ds.utils.node import usable_cores
 from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
 from tsm_ds.engine import config as cfgmod   # called through the module: tests count the resolutions
 from tsm_ds.engine import reshard
@@ -134,7 +137,8 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     # recipe that cannot work on this device stops at once; the world size is the launcher's
     world0 = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
     resolved = _resolve(model, train_set, raw, s, param_groups, world0, get_accelerator().device_name())
-    rank, world = init_distributed(timeout_s=s.dist_timeout, hosts=list(s.hosts) or None)
+    collective = collective_timeout_s(s.dist_timeout, s.step_timeout, s.startup_timeout)   # watchdog first
+    rank, world = init_distributed(timeout_s=s.dist_timeout, hosts=list(s.hosts) or None, collective_s=collective)
     dev = current_device()
     if rank == 0:
         Path(s.run_dir).mkdir(parents=True, exist_ok=True)
@@ -170,11 +174,16 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     skip_reduce = (manual_comm and compressor is None and eng.dp_world_size == 1
                    and eng.gradient_predivide_factor() == 1.0)
 
+    cuda = dev.type == "cuda"
+    local = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    workers = default_num_workers(s.num_workers, cuda=cuda, cores=usable_cores(), local_ranks=local)
+    if cuda:   # every training clip has the same shape: let cuDNN pick its fastest kernels once
+        torch.backends.cudnn.benchmark = True
     sampler, loader_gen, loader, val_loader = build_loaders(
-        train_set, val_set, micro=micro, world=world, rank=rank, seed=s.seed, num_workers=s.num_workers,
-        eval_batch_size=s.eval_batch_size)
+        train_set, val_set, micro=micro, world=world, rank=rank, seed=s.seed, num_workers=workers,
+        eval_batch_size=s.eval_batch_size, cuda=cuda)
     subset = val_subset(val_set, s.eval_max_clips, seed=s.seed, world=world, rank=rank,
-                        batch_size=s.eval_batch_size or micro, num_workers=s.num_workers)
+                        batch_size=s.eval_batch_size or micro, num_workers=workers, cuda=cuda)
     ckpt = CheckpointManager(Path(s.run_dir) / "checkpoints", keep_last=s.keep_last, rank=rank, world_size=world,
                              trust=s.trust_checkpoint)
     bad = BadVideoTracker(train_set, rank=rank, world_size=world)   # distinct files, once
@@ -192,6 +201,11 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     if rank == 0:
         for k, v in filled.items():
             log.info("engine JSON auto: %s = %s", k, v)
+        log.info("timeouts: ranks join within %.0f s; collectives %.0f s, above the hang watchdog's step %.0f s / "
+                 "start-up %.0f s, so the watchdog fires first (stacks, exit 6)", dist_timeout_s(s.dist_timeout),
+                 collective, s.step_timeout, s.startup_timeout)
+        log.info("data loaders: %d worker(s) per rank%s", workers, ", pinned memory, persistent workers, prefetch 4, "
+                 "cudnn.benchmark" if cuda else "")
         log.info("world size %d, micro-batch %d, accumulation %d, global batch %d, %d optimizer steps per epoch, "
                  "%d steps planned; gradient all-reduce %s", world, micro, accum, layout.global_batch, spe, total,
                  "skipped (one data-parallel rank: the identity)" if skip_reduce else

@@ -85,14 +85,15 @@ class ValSubset:
 
 
 def val_subset(val_set, cap: int | None, *, seed: int, world: int, rank: int, batch_size: int,
-               num_workers: int) -> ValSubset | None:
+               num_workers: int, cuda: bool = False) -> ValSubset | None:
     """The capped subset's indices and loader; None without a cap, without a validation set, or
     when the cap covers the whole set (intermediate evaluations then score all of it).
 
     Args:
         val_set: the validation dataset (items ``{"clip", "label", "index", ...}``) or None.
         cap: ``--eval-max-clips`` or None; seed: the run's seed; world, rank: the ranks;
-        batch_size: clips per rank per batch; num_workers: DataLoader workers.
+        batch_size: clips per rank per batch; num_workers: DataLoader workers; cuda: the rank trains
+        on CUDA (pinned memory, persistent workers: :func:`tsm_ds.engine.loaders.loader_options`).
 
     Raises:
         ValueError: ``cap < 1``.
@@ -107,7 +108,12 @@ def val_subset(val_set, cap: int | None, *, seed: int, world: int, rank: int, ba
     sub = Subset(val_set, idx)
     if getattr(val_set, "normalization", None) is not None:   # read by validate / gather_predictions
         sub.normalization = val_set.normalization
+    from tsm_ds.data.packed_batch import collate_items
+    from tsm_ds.engine.loaders import loader_options
+
     sampler = DistributedSampler(sub, num_replicas=world, rank=rank, shuffle=False)
+    # collate_items: with --decode-device the items hold PackedClip s, which default_collate refuses
     loader = DataLoader(sub, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                        generator=torch.Generator().manual_seed(seed))
+                        generator=torch.Generator().manual_seed(seed), collate_fn=collate_items,
+                        **loader_options(num_workers, cuda=cuda))
     return ValSubset(indices=idx, loader=loader)

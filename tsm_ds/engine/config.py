@@ -103,6 +103,31 @@ def _check_flag(flags: dict, name: str, key: str, value: Any) -> Any:
     return given
 
 
+#: above this many ranks, fp16 gradients summed without a pre-division are refused (validate_config)
+FP16_SUM_MAX_RANKS = 64
+
+
+def predivide_factor(cfg: dict, world_size: int) -> float:
+    """``gradient_predivide_factor`` for ``"auto"``: sqrt(world size) when the gradients are summed
+    in fp16 (``fp16.enabled`` and ``communication_data_type`` not fp32), else 1.0.
+
+    DeepSpeed (``runtime/engine.py``, ``allreduce_bucket``) divides by this factor before the
+    all-reduce and by world size / factor after it. With 1.0 it sums the loss-scaled fp16
+    gradients of every rank first: at 1,536 ranks a sum can exceed fp16's 65,504, the step is
+    skipped and the loss scale falls until small gradients underflow; dividing by the whole world
+    size first underflows instead. sqrt(world size) splits the range between both (our choice;
+    DeepSpeed's config docs: the pre-division "helps avoid fp16 overflow"); fp32 communication
+    (``communication_data_type: fp32``) avoids both at twice the bytes.
+    """
+    import math
+
+    fp16 = bool((cfg.get("fp16") or {}).get("enabled"))
+    comm = str(cfg.get("communication_data_type") or ("fp16" if fp16 else "fp32")).lower()
+    if not fp16 or comm in ("fp32", "float32", "float"):
+        return 1.0
+    return round(math.sqrt(max(1, int(world_size))), 4)
+
+
 def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: int,
                    max_steps: int | None = None, lr_mults: list[float] | None = None,
                    flags: dict | None = None) -> tuple[dict, dict, dict, int]:
@@ -199,6 +224,13 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
     if cfg["gradient_clipping"] == AUTO:
         cfg["gradient_clipping"] = float(clip if clip is not None else DEFAULTS["clip_grad"])
         filled["gradient_clipping"] = cfg["gradient_clipping"]
+
+    # ---- fp16 gradients over many ranks: "auto" pre-divides by sqrt(world size)
+    if cfg.get("gradient_predivide_factor") == AUTO:
+        cfg["gradient_predivide_factor"] = predivide_factor(cfg, W)
+        filled["gradient_predivide_factor"] = (f"{cfg['gradient_predivide_factor']:g} (sqrt of {W} ranks: fp16 "
+                                               "sums stay in range)" if cfg["gradient_predivide_factor"] != 1.0
+                                               else "1.0 (not fp16 gradient sums)")
 
     # ---- optimizer lr / weight decay
     tsm = cfg.pop("tsm_ds", {}) or {}

@@ -7,12 +7,11 @@ DeepSpeed precision). The trainer and the tools call it once per start.
 """
 from __future__ import annotations
 
-from tsm_ds.engine.recipes import ConfigError, optimizer_kind
+from tsm_ds.engine.recipes import CUDA_ONLY_OPTIMIZERS, ConfigError, optimizer_kind
 
 __all__ = ["REMOVED_OPTIMIZERS", "CUDA_ONLY_OPTIMIZERS", "ZERO_TESTED_TYPES", "validate_config"]
 
 REMOVED_OPTIMIZERS = {"onebitadam", "onebitlamb", "zerooneadam"}
-CUDA_ONLY_OPTIMIZERS = {"lamb": "FusedLamb", "lion": "FusedLion"}
 # DeepSpeed's ZERO_SUPPORTED_OPTIMIZERS as built from a JSON "optimizer" block (runtime/zero/utils.py)
 ZERO_TESTED_TYPES = {"adam", "adamw", "adagrad", "lamb", "lion", "cpuadam"}
 
@@ -31,7 +30,8 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
         ``data_types.buffer_dtype``; FusedLamb / FusedLion on CPU; the 1-bit optimizers removed
         in DeepSpeed 0.19.7; ZeRO with an optimizer DeepSpeed has not tested and no
         ``zero_allow_untested_optimizer``; compression with ZeRO or DeepSpeed's bf16 optimizer,
-        or an invalid ``tsm_ds.compression`` block; no optimizer at all. The only validator: the
+        or an invalid ``tsm_ds.compression`` block; no optimizer at all; fp16 gradients summed
+        over more than 64 ranks without ``gradient_predivide_factor`` or fp32 communication. The only validator: the
         trainer and the tools call it once per start.
     """
     fp16 = bool(ds_config.get("fp16", {}).get("enabled", False))
@@ -47,6 +47,7 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
                           "DeepSpeed keeps the BN running stats fp32 and fails in the first forward "
                           "(expected scalar type BFloat16 but found Float); add "
                           "\"data_types\": {\"buffer_dtype\": \"bf16\"} or use `torch_autocast` instead")
+    _check_fp16_sums(ds_config, fp16)
     src, otype, _ = optimizer_kind({**ds_config, "tsm_ds": tsm})
     if src == "none":
         raise ConfigError("the engine JSON has no `optimizer` or `tsm_ds.optimizer` block: add one "
@@ -77,3 +78,25 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
         raise ConfigError("`tsm_ds.compression` needs ZeRO stage 0 with fp32 or `torch_autocast` (the "
                           "compressor averages the module's gradients itself); remove `zero_optimization` "
                           "/ `bf16` / `fp16` or the compression block")
+
+
+def _check_fp16_sums(ds_config: dict, fp16: bool) -> None:
+    """fp16 gradient sums over many ranks need a pre-division or fp32 communication
+    (:func:`tsm_ds.engine.config.predivide_factor` says why); refuse them above
+    :data:`tsm_ds.engine.config.FP16_SUM_MAX_RANKS` ranks."""
+    from tsm_ds.engine.config import FP16_SUM_MAX_RANKS
+
+    comm = str(ds_config.get("communication_data_type") or ("fp16" if fp16 else "fp32")).lower()
+    if not fp16 or comm in ("fp32", "float32", "float"):
+        return
+    g, m = ds_config.get("train_batch_size"), ds_config.get("train_micro_batch_size_per_gpu")
+    a = ds_config.get("gradient_accumulation_steps") or 1
+    if not all(isinstance(v, int) and v > 0 for v in (g, m, a)):
+        return
+    world = g // (m * a)
+    pre = float(ds_config.get("gradient_predivide_factor") or 1.0)
+    if world > FP16_SUM_MAX_RANKS and pre == 1.0:
+        raise ConfigError(f"fp16 gradients summed over {world} ranks with `gradient_predivide_factor` 1: the sum of "
+                          "loss-scaled fp16 gradients can overflow (65,504), skipped steps then lower the loss scale "
+                          "until small gradients underflow; set \"gradient_predivide_factor\": \"auto\" (sqrt of the "
+                          "world size) or \"communication_data_type\": \"fp32\"")

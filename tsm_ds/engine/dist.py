@@ -20,14 +20,42 @@ import torch.distributed as dist
 from tsm_ds.utils.node import free_port, threads_per_rank, usable_cores
 
 
-def set_accelerator_env() -> str | None:
-    """DS_ACCELERATOR=cpu when CUDA is absent and the variable is unset (before deepspeed is imported)."""
-    if "DS_ACCELERATOR" in os.environ:
-        return None
+def cuda_state() -> tuple[bool, str | None]:
+    """(torch can use CUDA, why not: torch's own error or the build) on this node."""
     if torch.cuda.is_available():
-        return None
-    os.environ["DS_ACCELERATOR"] = "cpu"
-    return "no CUDA device: set DS_ACCELERATOR=cpu (DeepSpeed's CPU accelerator, gloo)"
+        return True, None
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return False, f"torch {torch.__version__} is a CPU-only build"
+    try:
+        torch.cuda.init()
+    except Exception as e:   # the driver's or the runtime's own words
+        return False, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return False, "torch.cuda.is_available() is False"
+
+
+def set_accelerator_env(*, device: str = "auto", needs_cuda: str | None = None,
+                        recipe: str = "the recipe") -> str | None:
+    """Decide DeepSpeed's accelerator on this rank's own node and set ``DS_ACCELERATOR`` (before
+    deepspeed is imported): :func:`tsm_ds.utils.node.decide_accelerator` with this node's GPUs
+    (``/dev/nvidia<N>`` / ``nvidia-smi``) and torch's CUDA state.
+
+    Args:
+        device: ``--device`` (auto / cpu / cuda); needs_cuda: why the recipe needs CUDA (None: it
+            does not; :func:`tsm_ds.engine.recipes.recipe_needs_cuda`); recipe: its name.
+
+    Returns:
+        A note for the log, or None.
+
+    Raises:
+        tsm_ds.utils.node.AcceleratorError: a silent CPU run would follow (its message says what to do).
+    """
+    from tsm_ds.utils.node import decide_accelerator, gpu_count
+
+    usable, reason = cuda_state()
+    name, note = decide_accelerator(os.environ, device=device, gpus=gpu_count(os.environ), cuda_usable=usable,
+                                    cuda_reason=reason, needs_cuda=needs_cuda, recipe=recipe)
+    os.environ["DS_ACCELERATOR"] = name
+    return note
 
 
 def set_threads() -> str:
@@ -48,7 +76,7 @@ def set_threads() -> str:
 
 
 def init_distributed(*, require_group: bool = True, timeout_s: float | None = None,
-                     hosts: list[str] | None = None) -> tuple[int, int]:
+                     hosts: list[str] | None = None, collective_s: float | None = None) -> tuple[int, int]:
     """Join the process group: the one distributed set-up of training, evaluation and the benches.
 
     Launched by ``deepspeed`` / ``torchrun`` (RANK, WORLD_SIZE, MASTER_* set), every rank joins the
@@ -67,6 +95,8 @@ def init_distributed(*, require_group: bool = True, timeout_s: float | None = No
         hosts: the hostfile's hosts in node order, to name a missing rank's host (``distributed.hosts``).
         timeout_s: rendezvous and collective limit in seconds (None: 300;
             :func:`tsm_ds.engine.rendezvous.dist_timeout_s`).
+        collective_s: the collectives' own limit when it differs (training: above the hang
+            watchdog's, :func:`tsm_ds.engine.rendezvous.collective_timeout_s`); None: ``timeout_s``.
 
     Returns:
         (rank, world size).
@@ -95,7 +125,7 @@ def init_distributed(*, require_group: bool = True, timeout_s: float | None = No
     acc = get_accelerator()
     if acc.device_name() == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    limit = datetime.timedelta(seconds=timeout)
+    limit = datetime.timedelta(seconds=collective_s if collective_s is not None else timeout)
     if acc.device_name() == "cpu":
         build_cpu_comm_op()
     if "RANK" in os.environ:
@@ -138,6 +168,14 @@ def build_cpu_comm_op() -> None:
             build_shm_op()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def collective_device() -> torch.device:
+    """Where tensors handed to a collective must live: the current CUDA device under NCCL (which
+    cannot move CPU tensors), else the CPU (gloo; no process group)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def device() -> torch.device:

@@ -32,10 +32,10 @@ def _world() -> tuple[int, int]:
 
 
 def _comm_device() -> torch.device:
-    """CPU for gloo; the current CUDA device for NCCL (which cannot move CPU tensors)."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """CPU for gloo; the current CUDA device for NCCL (:func:`tsm_ds.engine.dist.collective_device`)."""
+    from tsm_ds.engine.dist import collective_device
+
+    return collective_device()
 
 
 def _gather_varlen(t: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,10 @@ import json
 from pathlib import Path
 
 __all__ = ["AUTO", "ConfigError", "RECIPE_DIRS", "recipe_names", "resolve_recipe", "load_config",
-           "optimizer_kind"]
+           "optimizer_kind", "recipe_needs_cuda", "CUDA_ONLY_OPTIMIZERS"]
 
+#: DeepSpeed optimizer types (a JSON "optimizer" block) that build a CUDA-only op
+CUDA_ONLY_OPTIMIZERS = {"lamb": "FusedLamb", "lion": "FusedLion"}
 #: a recipe value that the run fills (:func:`tsm_ds.engine.config.resolve_config`)
 AUTO = "auto"
 
@@ -97,3 +99,22 @@ def optimizer_kind(cfg: dict) -> tuple[str, str, dict]:
     if ds_opt:
         return "deepspeed", str(ds_opt.get("type", "")).lower(), ds_opt
     return "none", "", {}
+
+
+def recipe_needs_cuda(ds_config: dict, recipe: str | Path) -> str | None:
+    """Why a recipe can only run on CUDA, or None: fp16 (DeepSpeed refuses fp16 on its CPU
+    accelerator), a CUDA-only DeepSpeed optimizer (FusedLamb / FusedLion), or a ``gpu_*`` recipe
+    (the recipe table's "where it runs").
+
+    Args:
+        ds_config: the recipe as read (:func:`load_config`) or resolved, with its ``"tsm_ds"`` block;
+        recipe: its path or name.
+    """
+    if (ds_config.get("fp16") or {}).get("enabled"):
+        return "the recipe enables fp16"
+    src, otype, _ = optimizer_kind(ds_config)
+    if src == "deepspeed" and otype in CUDA_ONLY_OPTIMIZERS:
+        return f"the recipe's optimizer {otype!r} is CUDA-only ({CUDA_ONLY_OPTIMIZERS[otype]})"
+    if Path(str(recipe)).name.startswith("gpu_"):
+        return "a gpu_* recipe"
+    return None

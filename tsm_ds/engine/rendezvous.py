@@ -51,6 +51,27 @@ def dist_timeout_s(value: float | None = None) -> float:
     return float(value)
 
 
+#: seconds between the watchdog's limit and the collective timeout: the watchdog's stacks and exit 6 come first
+WATCHDOG_MARGIN_S = 120.0
+
+
+def collective_timeout_s(join_s: float, step_timeout: float, startup_timeout: float) -> float:
+    """The process group's collective timeout: ``join_s`` (``--dist-timeout``), raised above the
+    hang watchdog's limits (``--step-timeout``, ``--startup-timeout``; 0 = off) by
+    :data:`WATCHDOG_MARGIN_S`, so that a stuck collective is caught by the watchdog (every rank's
+    stacks in ``<run>/stacks/``, ``hang.json``, exit 6) before NCCL or gloo aborts the rank without
+    a word (issue 37: NCCL's 300 s fired long before the watchdog's 1,800 s).
+
+    Raises:
+        ValueError: a negative watchdog limit, or a non-positive ``join_s``.
+    """
+    if step_timeout < 0 or startup_timeout < 0:
+        raise ValueError(f"--step-timeout {step_timeout} / --startup-timeout {startup_timeout}: give seconds >= 0 "
+                         "(0 turns a limit off)")
+    limit = max(step_timeout, startup_timeout)
+    return max(dist_timeout_s(join_s), limit + WATCHDOG_MARGIN_S if limit > 0 else 0.0)
+
+
 def missing_rank_hosts(missing: list[int], joined: dict[int, dict], *, local_size: int,
                        hosts: list[str] | None) -> dict[int, str]:
     """The host each missing rank was to run on, as well as it can be told.

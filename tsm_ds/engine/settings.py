@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -61,7 +61,8 @@ class TrainSettings:
         epochs: planned epochs (scheduler horizon).
         max_steps: stop after this many optimizer steps (None = epochs decide).
         seed: data order, augmentation and dropout seed.
-        num_workers: DataLoader worker processes per rank.
+        num_workers: DataLoader worker processes per rank; None: by device
+            (:func:`tsm_ds.engine.loaders.default_num_workers`).
         resume: None, ``"auto"`` (latest complete checkpoint in run_dir, if any) or a tag.
         save_every_steps: also save every N optimizer steps (0 = only at epoch ends).
         keep_last: complete checkpoints kept besides the best.
@@ -110,7 +111,7 @@ class TrainSettings:
     epochs: int = 50
     max_steps: int | None = None
     seed: int = 0
-    num_workers: int = 2
+    num_workers: int | None = 2
     resume: str | None = None
     save_every_steps: int = 0
     keep_last: int = 2
@@ -178,25 +179,27 @@ class StepStats:
     comm_s: float = 0.0
     bad_files_new: float = 0.0
 
-    def add_loss(self, loss: float, n: int) -> None:
-        """A micro-batch's mean loss over its ``n`` clips."""
-        self.loss_sum += float(loss) * n
+    def add_loss(self, loss, n: int) -> None:
+        """A micro-batch's mean loss over its ``n`` clips: a float, or a 0-d tensor kept on its device
+        (summed there: no host sync per micro-batch; :meth:`as_list` reads the step's sums once)."""
+        self.loss_sum = self.loss_sum + (loss.detach().float() * n if torch.is_tensor(loss) else float(loss) * n)
         self.clips += n
 
     def add_batch(self, logits, label, *, bad: int, data_s: float, compute_s: float, comm_s: float) -> None:
-        """A micro-batch's hits (logits (n, K), labels (n,)), unreadable files replaced and timings (s)."""
+        """A micro-batch's hits (logits (n, K), labels (n,)), unreadable files replaced and timings (s).
+        The hits stay tensors on the logits' device until :meth:`as_list` (no host sync here)."""
         with torch.no_grad():
-            hit = logits.float().topk(min(5, logits.shape[1]), dim=1).indices == label.view(-1, 1)
-        self.correct1 += float(hit[:, :1].any(1).sum())
-        self.correct5 += float(hit.any(1).sum())
+            hit = logits.detach().float().topk(min(5, logits.shape[1]), dim=1).indices == label.view(-1, 1)
+            self.correct1 = self.correct1 + hit[:, :1].any(1).sum()
+            self.correct5 = self.correct5 + hit.any(1).sum()
         self.bad_videos += bad
         self.data_s += data_s
         self.compute_s += compute_s
         self.comm_s += comm_s
 
     def as_list(self) -> list[float]:
-        """The fields in order, for one all-reduce."""
-        return [float(v) for v in astuple(self)]
+        """The fields in order, for one all-reduce (tensor sums are read here: one host sync a step)."""
+        return [float(getattr(self, f.name)) for f in fields(self)]
 
     @classmethod
     def from_list(cls, values: list[float]) -> "StepStats":
@@ -227,6 +230,11 @@ def step_metrics(r: StepStats, bad: tuple[int, int], lrs: dict[str, float], seco
                "time/data_wait_s": r.data_s / world, "time/compute_s": r.compute_s / world,
                "time/comm_s": r.comm_s / world if manual_comm else None, "train/skipped_steps": eng.skipped_steps,
                "data/bad_videos": bad[0], "data/bad_video_encounters": bad[1], "train/grad_norm": guard.grad_norm}
+    from tsm_ds.data.packed_batch import nvjpeg_fallbacks
+
+    fell = nvjpeg_fallbacks()["batches"]
+    if fell:   # --decode-device cuda: batches nvJPEG refused (decoded frame by frame), this rank
+        metrics["data/nvjpeg_fallback_batches"] = fell
     for name, lr in lrs.items():
         metrics[f"lr/{name}"] = lr
     if compressor is not None:
@@ -339,7 +347,7 @@ def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, f
 
 
 def build_loaders(train_set, val_set, *, micro: int, world: int, rank: int, seed: int, num_workers: int,
-                  eval_batch_size: int | None = None) -> tuple:
+                  eval_batch_size: int | None = None, cuda: bool = False) -> tuple:
     """The trainer's data loaders: ``(sampler, loader_gen, loader, val_loader)``.
 
     Training: :class:`ResumableDistributedSampler` (shuffled per epoch with ``seed``; ``set_epoch``
@@ -347,21 +355,24 @@ def build_loaders(train_set, val_set, *, micro: int, world: int, rank: int, seed
     worker seeds from ``loader_gen`` (re-seeded per epoch by the trainer, not the global RNG).
     Validation (None without a val set): every clip once per rank's share, in order, batches of
     ``eval_batch_size`` (default ``micro``); the padding of ``DistributedSampler`` is removed by
-    :func:`tsm_ds.engine.evaluate.gather_predictions`.
+    :func:`tsm_ds.engine.evaluate.gather_predictions`. ``cuda``: pinned memory, persistent workers,
+    prefetch (:func:`tsm_ds.engine.loaders.loader_options`).
     """
     import torch
     from torch.utils.data import DataLoader
 
     from tsm_ds.data.packed_batch import collate_items
+    from tsm_ds.engine.loaders import loader_options
 
     sampler = ResumableDistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=seed,
                                           drop_last=False)
     loader_gen = torch.Generator()
+    opts = loader_options(num_workers, cuda=cuda)
     loader = DataLoader(train_set, batch_size=micro, sampler=sampler, num_workers=num_workers, drop_last=True,
-                        generator=loader_gen, persistent_workers=False, collate_fn=collate_items)
+                        generator=loader_gen, collate_fn=collate_items, **opts)
     val_loader = None
     if val_set is not None and len(val_set):
         vs = DistributedSampler(val_set, num_replicas=world, rank=rank, shuffle=False)
         val_loader = DataLoader(val_set, batch_size=eval_batch_size or micro, sampler=vs, num_workers=num_workers,
-                                generator=torch.Generator().manual_seed(seed), collate_fn=collate_items)
+                                generator=torch.Generator().manual_seed(seed), collate_fn=collate_items, **opts)
     return sampler, loader_gen, loader, val_loader

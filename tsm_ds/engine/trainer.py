@@ -185,7 +185,7 @@ class Trainer:
                 if boundary and p.manual_comm and not p.skip_reduce:   # skip_reduce: one rank, the identity
                     p.compressor.allreduce(params) if p.compressor is not None else eng.allreduce_gradients()
                 t3 = time.perf_counter()
-                acc.add_loss(float(loss.detach()), label.numel())
+                acc.add_loss(loss, label.numel())   # a device tensor: read once per step, not per micro-batch
                 if boundary:
                     lrs = self._lrs()   # the lrs this update uses (the schedule steps inside)
                     p.guard.before_update(acc.loss_sum, acc.clips, params, step=st.step + 1, lrs=lrs)

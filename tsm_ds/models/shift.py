@@ -186,11 +186,21 @@ def temporal_shift_official(x: torch.Tensor, num_segments: int, shift_div: int =
 # In-place primitives on (N, T, C, H, W) views that autograd does not track (callers pass .data)
 
 
-# Two ways to move a channel range along time in place, chosen by size (measured on the 2-core
-# CPU, ResNet-50 layer1 at 112 / 224 px): frame-by-frame copies move the least data (only the
-# moved channels, once each way) but cost one op per frame, which dominates for small frames;
-# a temporary copy of the moved range needs ~6 ops in all but moves 1.5x the data.
+# Two ways to move a channel range along time in place, chosen by device and size (measured on
+# the 2-core CPU, ResNet-50 layer1 at 112 / 224 px): frame-by-frame copies move the least data (only
+# the moved channels, once each way) but cost one op per frame, which dominates for small frames;
+# a temporary copy of the moved range needs ~6 ops in all but moves 1.5x the data. On a GPU every
+# op is a kernel launch (~5 us; an H100 step of 8 TSM-R50 clips takes ~13 ms): per-frame copies
+# were ~1,000 tiny kernels a step, so off the CPU the region copy always runs, a constant number
+# of kernels per call whatever T is (issue 37; the official shift is three slice copies).
 _PER_FRAME_MIN_ELEMENTS = 64 * 1024
+
+
+def per_frame_copies(device_type: str, frame_elements: int) -> bool:
+    """True when the in-place shift moves a channel range frame by frame (the CPU, frames of at
+    least 64 Ki elements); False: one copy of the moved range, a constant number of kernels (every
+    other device, CUDA included). Both are bit-equal to :func:`temporal_shift`."""
+    return device_type == "cpu" and frame_elements >= _PER_FRAME_MIN_ELEMENTS
 
 
 @torch.no_grad()
@@ -208,7 +218,7 @@ def _shift_inplace(x5: torch.Tensor, moves, *, save: bool) -> list:
     t = x5.shape[1]
     lo, hi = moves[0][0], moves[-1][1]
     saved = []
-    if x5[:, 0, lo:moves[0][1]].numel() >= _PER_FRAME_MIN_ELEMENTS:
+    if per_frame_copies(x5.device.type, x5[:, 0, lo:moves[0][1]].numel()):
         for start, stop, off in moves:
             s = x5[:, :, start:stop]
             if off > 0:      # s[t] <- s[t+1]; frame 0 is lost, the last frame becomes zero

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["usable_cores", "node_cores", "threads_per_rank", "torch_gpu_build", "gpu_count", "accelerator",
+           "AcceleratorError", "decide_accelerator", "ops_cache_dir",
            "default_recipe", "ranks_per_node", "free_port", "slurm_port", "port_free_on"]
 
 
@@ -127,6 +128,101 @@ def accelerator(environ: Mapping[str, str], *, gpus: int | None = None, gpu_buil
     if build is False:
         return "cpu"
     return "cuda" if (gpu_count(environ) if gpus is None else gpus) > 0 else "cpu"
+
+
+class AcceleratorError(ValueError):
+    """Training would run on another device than the node and the recipe call for; the message says
+    why and how to proceed (fix the node, unset the variable, or force the device on purpose)."""
+
+
+def decide_accelerator(environ: Mapping[str, str], *, device: str = "auto", gpus: int, cuda_usable: bool,
+                       cuda_reason: str | None = None, needs_cuda: str | None = None,
+                       recipe: str = "the recipe") -> tuple[str, str | None]:
+    """DeepSpeed's accelerator for this rank, decided on this rank's own node; never a silent CPU.
+
+    Args:
+        environ: the environment (``DS_ACCELERATOR``: a value inherited from an env file or from the
+            node that launched the job).
+        device: ``--device``: ``"auto"`` (decide), ``"cpu"`` (the CPU on purpose, also on a GPU node
+            or with a GPU recipe), ``"cuda"`` (refuse anything else).
+        gpus: NVIDIA GPUs this node shows (:func:`gpu_count`); cuda_usable: torch can use CUDA
+            (``torch.cuda.is_available()``); cuda_reason: why not (torch's own error), for the message.
+        needs_cuda: why the recipe needs CUDA (fp16, a CUDA-only optimizer, a ``gpu_*`` recipe), or None.
+        recipe: the recipe's name, for the message.
+
+    Returns:
+        (``"cpu"`` / ``"cuda"`` / another ``DS_ACCELERATOR`` value, a note for the log or None).
+
+    Raises:
+        AcceleratorError: ``DS_ACCELERATOR=cpu`` on a node with GPUs; GPUs present but CUDA unusable
+            (an old driver for the installed torch, a CPU-only torch build); a recipe that needs CUDA
+            without CUDA; ``--device cuda`` without CUDA; in each case unless ``--device cpu``.
+    """
+    given = (environ.get("DS_ACCELERATOR") or "").strip() or None
+    why_not = f" ({cuda_reason})" if cuda_reason else ""
+    if device == "cpu":
+        note = "--device cpu: DeepSpeed's CPU accelerator (gloo)"
+        if gpus:
+            note += f", on purpose, although this node shows {gpus} GPU(s)"
+        if needs_cuda:
+            note += f"; {recipe} is meant for CUDA ({needs_cuda})"
+        return "cpu", note
+    if device == "cuda":
+        if not cuda_usable:
+            raise AcceleratorError(f"--device cuda: CUDA is not usable on this node{why_not}; {gpus} NVIDIA GPU(s) "
+                                   "shown. Check the driver against the installed torch (nvidia-smi, "
+                                   "python -c 'import torch; print(torch.version.cuda)')")
+        if given and given != "cuda":
+            raise AcceleratorError(f"--device cuda, but DS_ACCELERATOR={given} in the environment (an env file: "
+                                   ".deepspeed_env, ~/.deepspeed_env, $TSM_DS_ENV_FILE?): unset it")
+        return "cuda", None
+    if device != "auto":
+        raise AcceleratorError(f"--device {device!r}: choose auto, cpu or cuda")
+    if given == "cpu" and gpus:
+        raise AcceleratorError(f"DS_ACCELERATOR=cpu in the environment on a node with {gpus} GPU(s) (an env file: "
+                               ".deepspeed_env, ~/.deepspeed_env, $TSM_DS_ENV_FILE, or the shell that launched): "
+                               "unset it to train on the GPUs, or pass --device cpu to train on the CPU on purpose")
+    if given == "cuda" and not cuda_usable:
+        raise AcceleratorError(f"DS_ACCELERATOR=cuda in the environment, but torch cannot use CUDA on this node"
+                               f"{why_not}: fix the node, or unset it (and pass --device cpu to train on the CPU)")
+    if given and given != "cpu":
+        return given, None
+    if gpus and not cuda_usable:
+        raise AcceleratorError(f"this node shows {gpus} NVIDIA GPU(s) but torch cannot use CUDA{why_not}: a driver "
+                               "older than the installed torch's CUDA, or a CPU-only torch build. Fix the node (or "
+                               "hide the GPUs with CUDA_VISIBLE_DEVICES=), or pass --device cpu to train on the CPU")
+    if cuda_usable and given != "cpu":
+        return "cuda", None
+    if needs_cuda:
+        raise AcceleratorError(f"{recipe} needs CUDA ({needs_cuda}) and this node has none usable{why_not}: choose "
+                               "a cpu_* recipe, or pass --device cpu to run it on the CPU anyway")
+    return "cpu", ("no CUDA device: set DS_ACCELERATOR=cpu (DeepSpeed's CPU accelerator, gloo)" if not given else None)
+
+
+def ops_cache_dir(environ: Mapping[str, str]) -> str:
+    """Where DeepSpeed JIT-builds its ops (``TORCH_EXTENSIONS_DIR``): the variable when set, else a
+    node-local folder, ``$TMPDIR`` (else /tmp) ``/tsm_ds_ops_<uid>/torch-<v>_deepspeed-<v>_py<v>``.
+
+    Node-local, so that each node builds once (its local ranks take turns on a lock) and no rank
+    waits on a build lock left on a shared filesystem by another node (torch's ``FileBaton``: a
+    stale lock on NFS hangs every rank); keyed by the versions, so that two venvs of one machine do
+    not rebuild each other's ops. Every command (the launch scripts, ``deepspeed tsm_ds/train.py``,
+    ``launch/setup.sh``'s prebuild) finds the same cache. Torch-free (package metadata only).
+    """
+    given = environ.get("TORCH_EXTENSIONS_DIR")
+    if given:
+        return given
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "none"
+    key = f"torch-{v('torch')}_deepspeed-{v('deepspeed')}_py{sys.version_info[0]}.{sys.version_info[1]}"
+    base = environ.get("TMPDIR") or "/tmp"
+    return str(Path(base) / f"tsm_ds_ops_{os.getuid()}" / key)
 
 
 def default_recipe(accelerator_name: str) -> str:
