@@ -22,9 +22,10 @@ def _json(capsys, *argv) -> dict:
 
 
 def test_paper_recipe_at_1536_ranks(capsys):
-    """gpu_kinetics_1536: 12,288 clips on 1,536 GPUs, lr by the linear rule, fc x5 / bias x10."""
+    """gpu_kinetics_1536: 12,288 clips on 1,536 GPUs, lr by the linear rule, from ImageNet weights
+    (--pretrained: the new head at fc x5 / bias x10), 5 epochs of warm-up, gradients pre-divided."""
     r = _json(capsys, "--deepspeed_config", "gpu_kinetics_1536", "--world-size", "1536", "--train-samples", "240000",
-              "--device", "cuda")
+              "--device", "cuda", "--pretrained", "resnet50-0676ba61.pth")
     assert (r["global_batch"], r["micro_batch"], r["accumulation"]) == (12288, 8, 1)
     lr = 0.02 * 12288 / 128   # the recipe's lr_scaling block: base 0.02 per 128 clips, linear
     assert r["ds_config"]["optimizer"]["params"]["lr"] == pytest.approx(lr) == pytest.approx(1.92)
@@ -36,6 +37,12 @@ def test_paper_recipe_at_1536_ranks(capsys):
     assert groups["bn"]["weight_decay"] == 0.0 and groups["weight"]["weight_decay"] == pytest.approx(1e-4)
     assert groups["fc_weight"]["parameters"] == 2048 * 400 and groups["fc_bias"]["parameters"] == 400
     assert r["tsm_ds"]["lr_schedule"]["total_steps"] == 950 and "tsm_ds" not in r["ds_config"]
+    assert r["tsm_ds"]["lr_schedule"]["warmup_steps"] == 5 * spe   # warmup_epochs 5 (Goyal et al.)
+    assert r["ds_config"]["gradient_predivide_factor"] == pytest.approx(math.sqrt(1536), abs=1e-4)
+    scratch = _json(capsys, "--deepspeed_config", "gpu_kinetics_1536", "--world-size", "1536", "--train-samples",
+                    "240000", "--device", "cuda")   # from scratch: the head at the backbone's lr
+    groups = {g["group"]: g for g in scratch["param_groups"]}
+    assert groups["fc_weight"]["lr"] == pytest.approx(lr) and groups["fc_bias"]["lr"] == pytest.approx(2 * lr)
 
 
 def test_cpu_recipe_batch_flags(capsys):
@@ -64,7 +71,7 @@ def test_report_lists_json_steps_and_groups(capsys):
     assert "4 optimizer steps per epoch x 30 epochs: 120 optimizer steps" in out
     # step decay x0.1 at epochs 20 and 40 (the default): steps 81 (epoch 20 x 4 steps + 1) on, 0.1
     assert "1: 1, 81: 0.1, 120: 0.1" in out
-    assert "| fc_bias | 10 |" in out
+    assert "| fc_bias | 2 |" in out   # from scratch: the head at the backbone's multipliers (--head-lr-mults auto)
 
 
 @pytest.mark.parametrize("argv,message", [

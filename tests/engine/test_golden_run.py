@@ -69,7 +69,7 @@ def golden_argv(data: Path, out_dir: Path) -> list[str]:
     return ["--deepspeed_config", "cpu_fp32", "--data", str(Path(data) / "videos"),
             "--arch", "resnet18", "--img-size", "112", "--num-segments", "8",
             "--batch-size", "4", "--micro-batch-size", "4", "--num-workers", "0",
-            "--seed", "0", "--epochs", "1", "--max-steps", "2",
+            "--seed", "0", "--epochs", "1", "--max-steps", "2", "--head-lr-mults", "on",
             "--output-dir", str(out_dir), "--run-name", "golden", "--no-progress"]
 
 

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from tsm_ds.engine.recipes import ConfigError, load_config, optimizer_kind, resolve_recipe
     from tsm_ds.engine.rendezvous import collective_timeout_s, dist_timeout_s
     from tsm_ds.models import build_model
-    from tsm_ds.models.groups import parameter_groups
+    from tsm_ds.models.groups import head_mults_on, parameter_groups
 
     if plan.world_size < 1 or plan.train_samples < 1:
         print("tsm-ds config: --world-size and --train-samples must be >= 1", file=sys.stderr)
@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         if plan.resume_from:
             raw, flags, plan_note = reshard.resume_engine_inputs(raw, flags, run_dir=plan.resume_from,
                                                                  resume="auto", world=plan.world_size)
-        probe = [g for g in parameter_groups(model, weight_decay=0.0) if g["params"]]
+        head = head_mults_on(sch.head_lr_mults, pretrained=bool(m.pretrained), tune_from=None)
+        probe = [g for g in parameter_groups(model, weight_decay=0.0, head_mults=head) if g["params"]]
         ds, tsm, filled, spe = resolve_config(
             raw, world_size=plan.world_size, train_samples=plan.train_samples, epochs=sch.epochs,
             max_steps=sch.max_steps, lr_mults=[float(g["lr_mult"]) for g in probe], flags=flags)
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _, _, oblock = optimizer_kind({**ds, "tsm_ds": tsm})
     params = oblock["params"]
-    groups = apply_group_lrs([g for g in parameter_groups(model, weight_decay=float(params["weight_decay"]))
+    groups = apply_group_lrs([g for g in parameter_groups(model, weight_decay=float(params["weight_decay"]),
+                                                          head_mults=head)
                               if g["params"]], float(params["lr"]))
     total = spe * sch.epochs if sch.max_steps is None else min(spe * sch.epochs, sch.max_steps)
     rows = [{"group": g["name"], "lr_mult": g["lr_mult"], "lr": g["lr"], "weight_decay": g["weight_decay"],

@@ -236,6 +236,7 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     from tsm_ds.engine.settings import run_summary
     from tsm_ds.engine.trainer import Trainer, TrainSettings
     from tsm_ds.data.bad_videos import DataLossError, describe_loss
+    from tsm_ds.models.groups import head_mults_on
     from tsm_ds.engine.recipes import ConfigError, load_config, resolve_recipe
     try:
         cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or default_recipe()))
@@ -283,6 +284,13 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
             return EXIT_CONFIG
         log.info("--tune-from %s (%s %s): %d tensors loaded, replaced (shape differs): %s", m.tune_from,
                  rep["source"], rep["path"], rep["loaded"], rep["skipped"] or "none")
+    try:
+        notes = prepare_large_batch_model(model, m, engine_json)
+    except ValueError as e:
+        log.error("%s", e)
+        return EXIT_CONFIG
+    for note in notes:
+        log.info("%s", note)
     run_dir = run_dir_of(cfg, cfg_path)
     log_path = add_rank_log_file(run_dir, rank)
     log.info("this rank's log: %s (every rank writes one)", log_path)
@@ -308,7 +316,9 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
                                  step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
                                  channels_last=m.channels_last, compile=m.compile,
                                  trust_checkpoint=cfg.checkpoint.trust_checkpoint,
-                                 max_bad_fraction=d.max_bad_fraction)
+                                 max_bad_fraction=d.max_bad_fraction,
+                                 head_lr_mults=head_mults_on(sch.head_lr_mults, pretrained=bool(m.pretrained),
+                                                             tune_from=m.tune_from))
     except ValueError as e:
         log.error("%s", e)
         return EXIT_CONFIG
@@ -367,6 +377,38 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
               + f" (--max-bad-fraction {d.max_bad_fraction:g}; result.json names every file)", flush=True)
     return EXIT_OK
 
+
+
+def prepare_large_batch_model(model, m, engine_json: dict) -> list[str]:
+    """Zero-gamma init and ghost BatchNorm (:mod:`tsm_ds.models.large_batch`) as the model section
+    and the recipe say; returns lines for the log.
+
+    Zero gamma: ``--zero-init-residual on``, or ``auto`` with the recipe's
+    ``tsm_ds.zero_init_residual`` true; never over pretrained or ``--tune-from`` weights (they are
+    trained already: the log says it was skipped). Ghost BatchNorm: ``--ghost-bn-clips G``.
+
+    Raises:
+        ValueError: a bad ``--ghost-bn-clips`` or recipe value (the message names it).
+    """
+    from tsm_ds.models.large_batch import use_ghost_bn, zero_init_residual
+
+    notes = []
+    want = engine_json.get("tsm_ds", {}).get("zero_init_residual", False)
+    if not isinstance(want, bool):
+        raise ValueError(f"engine JSON tsm_ds.zero_init_residual = {want!r}: give true or false")
+    zero = m.zero_init_residual == "on" or (m.zero_init_residual == "auto" and want)
+    if zero and (m.pretrained or m.tune_from):
+        notes.append("zero-init of the residual blocks' last BatchNorm skipped: the weights are pretrained "
+                     "(--pretrained / --tune-from)")
+    elif zero:
+        n = zero_init_residual(model)
+        notes.append(f"zero-init residual: the last BatchNorm gamma of {n} residual blocks set to 0 (each block "
+                     f"starts as the identity; Goyal et al. 2017){'' if m.zero_init_residual == 'on' else ' (recipe)'}")
+    if m.ghost_bn_clips is not None:
+        n = use_ghost_bn(model, int(m.ghost_bn_clips))
+        notes.append(f"ghost BatchNorm: {n} BatchNorm layers take their statistics over groups of "
+                     f"{m.ghost_bn_clips} clips of each micro-batch")
+    return notes
 
 
 def add_rank_log_file(run_dir: Path, rank: int) -> Path:

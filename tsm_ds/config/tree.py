@@ -97,6 +97,12 @@ class ModelConfig:
                               "channels-last; parameters stay as they are)")
     compile: bool = opt(False, "torch.compile the model through DeepSpeed's engine.compile() (inductor; on CPU it "
                         "needs a C++ compiler; minutes of compiling in the first batches)")
+    zero_init_residual: str = opt("auto", "zero-init the last BatchNorm gamma of every residual block (Goyal et al. "
+                                  "2017): on, off, or auto (the recipe's tsm_ds.zero_init_residual; never over "
+                                  "--pretrained / --tune-from weights)", choices=("auto", "on", "off"))
+    ghost_bn_clips: int | None = opt(None, "BatchNorm statistics over groups of this many clips inside a larger "
+                                     "micro-batch (ghost BatchNorm; the paper: 8 clips per GPU); default: over the "
+                                     "micro-batch")
 
     def build_options(self) -> dict:
         """The keyword options of :func:`tsm_ds.models.build_model` besides arch and classes
@@ -130,7 +136,13 @@ class ScheduleConfig:
     lr: float | None = opt(None, "lr for the global batch (skips the scaling rule)")
     weight_decay: float | None = opt(None, "weight decay (recipe default 1e-4)")
     clip_grad: float | None = opt(None, "gradient_clipping (recipe default 20)")
-    warmup_steps: int | None = opt(None, "linear warmup in optimizer steps (recipe default 0)")
+    warmup_steps: int | None = opt(None, "linear warm-up in optimizer steps (default: --warmup-epochs)")
+    warmup_epochs: float | None = opt(None, "linear warm-up in epochs (default: the recipe's warmup_epochs, else 5 "
+                                      "epochs whenever a scaling rule raises the lr, at most a quarter of the run, "
+                                      "as Goyal et al. 2017; else none)")
+    head_lr_mults: str = opt("auto", "the official fc lr x5 / fc bias x10 for a new head: on, off, or auto (on with "
+                             "--pretrained or --tune-from, off from scratch, as the official code uses them for a "
+                             "new head on ImageNet weights)", choices=("auto", "on", "off"))
     lr_steps: list[float] | None = opt(None, "step-decay epochs (recipe default 20 40)")
     eval_every: str = opt("epoch", "validation cadence: 'epoch' (after every epoch), N (after every N-th optimizer "
                           "step) or a fraction of an epoch between 0 and 1 (0.25: four times per epoch); the end "
@@ -142,7 +154,8 @@ class ScheduleConfig:
         """``{FLAG_KEYS name: value or None}``: the ``flags`` of :func:`tsm_ds.engine.config.resolve_config`."""
         return {"batch_size": self.batch_size, "micro_batch_size": self.micro_batch_size,
                 "grad_accum": self.grad_accum, "lr": self.lr, "weight_decay": self.weight_decay,
-                "clip_grad": self.clip_grad, "warmup_steps": self.warmup_steps, "lr_steps": self.lr_steps}
+                "clip_grad": self.clip_grad, "warmup_steps": self.warmup_steps, "warmup_epochs": self.warmup_epochs,
+                "lr_steps": self.lr_steps}
 
 
 @dataclass

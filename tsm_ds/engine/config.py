@@ -17,6 +17,11 @@ Filling rules (every filled value is returned in ``filled`` and logged by the tr
   ``base_batch`` clips.
 - scheduler steps: ``total_num_steps`` = optimizer steps per epoch x epochs (or ``--max-steps``);
   ``warmup_num_steps`` / ``warmup_steps`` from ``--warmup-steps`` (default 0; DeepSpeed needs >= 1).
+- warm-up of ``tsm_ds.lr_schedule`` (``warmup_steps: "auto"``): ``--warmup-steps`` if given; else
+  ``--warmup-epochs`` or the recipe's ``warmup_epochs`` (epochs x optimizer steps per epoch); else,
+  whenever a scaling rule multiplies the lr (global batch > ``base_batch``), the gradual warm-up of
+  Goyal et al. 2017 (Sec. 2.2: 5 epochs, linear), capped at :data:`WARMUP_MAX_FRACTION` of the
+  run's steps for a short run (the log says so); else none.
 - per-group lrs: DeepSpeed's WarmupLR / WarmupDecayLR / OneCycle / LRRangeTest write one lr into
   every param group when given a scalar; ``"auto"`` becomes a per-group list (lr x lr_mult) and a
   non-zero scalar with unequal lr multipliers is an error (it would erase fc x5 / bias x10).
@@ -32,7 +37,8 @@ from typing import Any
 
 from tsm_ds.engine.recipes import AUTO, ConfigError, optimizer_kind
 
-__all__ = ["DEFAULTS", "FLAG_KEYS", "CLIENT_OPTIMIZERS", "SCALING_DEFAULT", "scaled_lr", "resolve_config"]
+__all__ = ["DEFAULTS", "FLAG_KEYS", "CLIENT_OPTIMIZERS", "SCALING_DEFAULT", "WARMUP_MAX_FRACTION", "scaled_lr",
+           "warmup_steps_for", "resolve_config"]
 
 # Official TSM Kinetics defaults (main.py / opts.py of mit-han-lab/temporal-shift-module).
 DEFAULTS = {
@@ -44,8 +50,11 @@ DEFAULTS = {
     "lr_steps": [20, 40],
     "gamma": 0.1,
     "warmup_steps": 0,
+    "warmup_epochs": 5.0,         # Goyal et al. 2017, Sec. 2.2, when a rule scales the lr up
     "momentum": 0.9,
 }
+#: an automatic warm-up takes at most this share of a run's optimizer steps (a short run's)
+WARMUP_MAX_FRACTION = 0.25
 
 # flag name (train.py dest) -> JSON path it fills; each must be "auto" in the JSON to be given.
 FLAG_KEYS = {
@@ -56,6 +65,7 @@ FLAG_KEYS = {
     "lr": "<optimizer>.params.lr",
     "weight_decay": "<optimizer>.params.weight_decay",
     "warmup_steps": "<scheduler>.warmup steps",
+    "warmup_epochs": "tsm_ds.lr_schedule.warmup_epochs",
     "lr_steps": "tsm_ds.lr_schedule.decay_epochs",
 }
 
@@ -89,6 +99,45 @@ def scaled_lr(rule: str, base_lr: float, base_batch: int, global_batch: int) -> 
     if rule == "none":
         return base_lr
     raise ConfigError(f"tsm_ds.lr_scaling.rule = {rule!r}: use \"linear\", \"sqrt\" or \"none\"")
+
+
+def warmup_steps_for(*, flag_steps: int | None, flag_epochs: float | None, recipe_epochs: float | None,
+                     lr_factor: float, steps_per_epoch: int, total_steps: int) -> tuple[int, str]:
+    """Optimizer steps of the linear warm-up of ``tsm_ds.lr_schedule`` (module docstring) and why.
+
+    Args:
+        flag_steps: ``--warmup-steps`` (wins, exact); flag_epochs: ``--warmup-epochs`` (exact);
+        recipe_epochs: the recipe's ``warmup_epochs`` (capped for a short run), None: not given;
+        lr_factor: the scaling rule's multiplier (scaled lr / base lr; 1 without a rule or with
+            ``--lr``): above 1, :data:`DEFAULTS` ``warmup_epochs`` (5, Goyal et al.), capped;
+        steps_per_epoch, total_steps: the run's optimizer steps.
+
+    Returns:
+        (steps >= 0, a note for the log). The cap is :data:`WARMUP_MAX_FRACTION` of ``total_steps``.
+
+    Raises:
+        ConfigError: negative epochs.
+    """
+    if flag_steps is not None:
+        return int(flag_steps), f"{int(flag_steps)} (--warmup-steps)"
+    if flag_epochs is not None:
+        if float(flag_epochs) < 0:
+            raise ConfigError(f"--warmup-epochs {flag_epochs}: give epochs >= 0")
+        n = int(round(float(flag_epochs) * steps_per_epoch))
+        return n, f"{n} (--warmup-epochs {float(flag_epochs):g} x {steps_per_epoch} steps)"
+    if recipe_epochs is not None:
+        if float(recipe_epochs) < 0:
+            raise ConfigError(f"tsm_ds.lr_schedule.warmup_epochs = {recipe_epochs}: give epochs >= 0")
+        epochs, src = float(recipe_epochs), "the recipe's warmup_epochs"
+    elif lr_factor > 1.0:
+        epochs = float(DEFAULTS["warmup_epochs"])
+        src = f"the scaling rule multiplies the lr by {lr_factor:g}: Goyal et al.'s gradual warm-up"
+    else:
+        return int(DEFAULTS["warmup_steps"]), "0 (no scaling rule raises the lr)"
+    want = int(round(epochs * steps_per_epoch))
+    n = min(want, int(WARMUP_MAX_FRACTION * total_steps))
+    why = f"{n} ({src}, {epochs:g} epochs x {steps_per_epoch} steps"
+    return n, why + (f", capped at {WARMUP_MAX_FRACTION:g} of this run's {total_steps} steps)" if n < want else ")")
 
 
 def _check_flag(flags: dict, name: str, key: str, value: Any) -> Any:
@@ -239,7 +288,7 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
         raise ConfigError(f"tsm_ds.optimizer.type = {oblock.get('type')!r}: use one of "
                           f"{sorted(CLIENT_OPTIMIZERS)}")
     okey = "optimizer" if src == "deepspeed" else "tsm_ds.optimizer"
-    lr = None
+    lr, lr_factor = None, 1.0
     if src != "none":
         params = oblock.setdefault("params", {})
         flag_lr = _check_flag(flags, "lr", f"{okey}.params.lr", params.get("lr", AUTO))
@@ -253,6 +302,7 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
                 base_lr = float(scaling.get("base_lr", DEFAULTS["base_lr"]))
                 base_batch = int(scaling.get("base_batch", DEFAULTS["base_batch"]))
                 params["lr"] = scaled_lr(rule, base_lr, base_batch, g)
+                lr_factor = params["lr"] / base_lr if base_lr > 0 else 1.0
                 filled[f"{okey}.params.lr"] = (f"{params['lr']:g} ({rule} rule: base {base_lr:g} per "
                                                f"{base_batch} clips, global batch {g})")
         wd = _check_flag(flags, "weight_decay", f"{okey}.params.weight_decay",
@@ -315,10 +365,18 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
             raise ConfigError(f"tsm_ds.lr_schedule.type = {ls.get('type')!r}: use \"step\", \"cosine\" "
                               f"or \"constant\"")
         w = _check_flag(flags, "warmup_steps", "tsm_ds.lr_schedule.warmup_steps", ls.get("warmup_steps", AUTO))
-        warm_flag_used = warm_flag_used or w is not None
+        we = _check_flag(flags, "warmup_epochs", "tsm_ds.lr_schedule.warmup_epochs", ls.get("warmup_epochs", AUTO))
+        warm_flag_used = warm_flag_used or w is not None or we is not None
         if ls.get("warmup_steps", AUTO) == AUTO:
-            ls["warmup_steps"] = int(w if w is not None else DEFAULTS["warmup_steps"])
-            filled["tsm_ds.lr_schedule.warmup_steps"] = ls["warmup_steps"]
+            recipe_epochs = None if ls.get("warmup_epochs", AUTO) in (AUTO, None) else ls["warmup_epochs"]
+            ls["warmup_steps"], why = warmup_steps_for(flag_steps=w, flag_epochs=we, recipe_epochs=recipe_epochs,
+                                                       lr_factor=lr_factor, steps_per_epoch=steps_per_epoch,
+                                                       total_steps=total_steps)
+            filled["tsm_ds.lr_schedule.warmup_steps"] = why
+        elif we is not None or ls.get("warmup_epochs", AUTO) not in (AUTO, None):
+            raise ConfigError("tsm_ds.lr_schedule gives warmup_steps, so a warm-up in epochs (--warmup-epochs or "
+                              "warmup_epochs) cannot apply: set warmup_steps to \"auto\"")
+        ls.pop("warmup_epochs", None)
         if ls["type"] == "step":
             d = _check_flag(flags, "lr_steps", "tsm_ds.lr_schedule.decay_epochs", ls.get("decay_epochs", AUTO))
             if ls.get("decay_epochs", AUTO) == AUTO:
@@ -329,6 +387,8 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
         ls["total_steps"] = total_steps
     if flags.get("warmup_steps") is not None and not warm_flag_used:
         raise ConfigError("--warmup-steps given but the engine JSON has no scheduler with warmup steps")
+    if flags.get("warmup_epochs") is not None and not ls:
+        raise ConfigError("--warmup-epochs given but the engine JSON has no `tsm_ds.lr_schedule` to warm up")
     if flags.get("lr_steps") is not None and not (ls and ls.get("type") == "step"):
         raise ConfigError("--lr-steps given but the engine JSON has no `tsm_ds.lr_schedule` of type \"step\"")
 

@@ -102,6 +102,8 @@ class TrainSettings:
         trust_checkpoint: ``resume`` (and rollbacks) unpickle in full what weights-only loading
             refuses, after a warning (``--trust-checkpoint``); by default such a checkpoint is refused
             (:mod:`tsm_ds.engine.safe_load`).
+        head_lr_mults: the new head at the official fc x5 / fc bias x10 (for a head on pretrained
+            weights; :func:`tsm_ds.models.groups.head_mults_on`); False: x1 / x2 like the rest.
         max_bad_fraction: the data-loss budget (``--max-bad-fraction``, in [0, 1]): distinct
             unreadable files / files of the split, checked after every optimizer step (training
             files, all ranks) and every evaluation (the files it covered); past it the run stops
@@ -139,6 +141,7 @@ class TrainSettings:
     compile: bool = False
     trust_checkpoint: bool = False
     max_bad_fraction: float = 0.01
+    head_lr_mults: bool = False
 
     def __post_init__(self):
         self.run_dir = Path(self.run_dir)

@@ -49,7 +49,7 @@ class Trainer:
         engine_json: the recipe dict (``config.load_config``), with ``"auto"`` values.
         settings: :class:`TrainSettings`.
         param_groups: ``f(model, weight_decay) -> [param group dicts]``; default the official
-            recipe's groups (fc x5, bias x10, no decay on bias/BN).
+            recipe's groups (no decay on bias/BN; fc x5 / bias x10 when ``settings.head_lr_mults``).
         hooks: the run's components (:mod:`tsm_ds.engine.hooks`); default
             :func:`tsm_ds.engine.components.default_hooks` of ``settings``.
 
@@ -62,7 +62,8 @@ class Trainer:
     def __init__(self, model, train_set, val_set, engine_json: dict, settings: TrainSettings,
                  param_groups: Callable | None = None, hooks: Hooks | None = None):
         self.model, self.train_set, self.val_set, self.raw, self.s = model, train_set, val_set, engine_json, settings
-        self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd))
+        self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd,
+                                                                           head_mults=settings.head_lr_mults))
         self.hooks = hooks if hooks is not None else default_hooks(settings)
         self.state, self.parts = RunState(), None
 
