@@ -71,9 +71,12 @@ def _shift_mobilenet(net: torchvision.models.MobileNetV2, num_segments: int, shi
 class TSN(nn.Module):
     """Temporal Segment Network with optional temporal shift (TSM): a 2D CNN run on every frame.
 
-    Build it with :func:`build_model`. Input (N, T, 3, H, W) float32 (T = ``num_segments`` when a
-    shift or temporal pooling is used; any T otherwise), output logits (N, num_classes): the
-    average over T of the per-frame logits (official ``ConsensusModule('avg')``).
+    Build it with :func:`build_model`. Input (N, T, 3, H, W) float32 with any T (even with temporal
+    pooling), output logits (N, num_classes): the average over T of the per-frame logits (official
+    ``ConsensusModule('avg')``). The shift and pooling modules take T from the batch: before each
+    forward every one is told its T (T, or T // 2 after a temporal pool), so a model built for
+    ``num_segments`` = 8 computes, bit for bit, what a model built for the batch's T computes with
+    the same weights (tested over T = 2..16; multigrid training changes T between steps).
 
     Attributes:
         base_model: the backbone; its classifier is ``nn.Dropout(dropout)``.
@@ -90,6 +93,9 @@ class TSN(nn.Module):
         nn.init.constant_(self.new_fc.bias, 0)
         self.config = dict(config)
         self.num_segments = config["num_segments"]
+        # each temporal module's T as a divisor of the clip's T (1, or 2 after a temporal pool)
+        self._temporal = [(m, max(1, self.num_segments // m.num_segments)) for m in base_model.modules()
+                          if isinstance(m, (ShiftConv2d, TemporalShift, TemporalPool))]
         self.partial_bn = bool(config.get("partial_bn", False))
         self.train()   # applies partial BN (frozen BN parameters get requires_grad=False)
 
@@ -100,18 +106,25 @@ class TSN(nn.Module):
         T' = T, or T // 2 with temporal pooling.
 
         Raises:
-            ValueError: ``x`` not 5-D with 3 channels, or T != num_segments for a shifted /
-                temporally pooled model.
+            ValueError: ``x`` not 5-D with 3 channels, or an odd T for a temporally pooled model.
         """
         if x.dim() != 5 or x.shape[2] != 3:
             raise ValueError(f"expected clips (N, T, 3, H, W), got shape {tuple(x.shape)}")
         n, t = x.shape[:2]
-        if t != self.num_segments and (self.config["shift"] or self.config["temporal_pool"]):
-            raise ValueError(f"this model was built for num_segments={self.num_segments} frames per "
-                             f"clip, got T={t}; sample clips with num_segments={self.num_segments}")
+        self.set_segments(int(t))
         feats = self.base_model(x.reshape(n * t, *x.shape[2:]))
         out = self.new_fc(feats)
         return out.view(n, -1, out.shape[-1])
+
+    def set_segments(self, t: int) -> None:
+        """Tell every shift / pooling module the frames per clip of the next forward (T, or T // 2
+        after a temporal pool). Raises ValueError: an odd T with temporal pooling, or T < 1."""
+        if t < 1:
+            raise ValueError(f"clips need T >= 1 frames, got {t}")
+        if self.config["temporal_pool"] and t % 2:
+            raise ValueError(f"temporal pooling halves T: give an even number of frames per clip, got T={t}")
+        for m, div in self._temporal:
+            m.num_segments = t if isinstance(m, TemporalPool) else t // div
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Clip logits (N, num_classes) from clips (N, T, 3, H, W): mean over frames."""
