@@ -2,9 +2,10 @@
 
 Each module here holds a command's argument parser and ``main(argv) -> int`` only; the work is
 done by the library layers below (utils <- data <- models <- engine <- inference <- bench), which
-never parse argv or exit. Training runs under the ``deepspeed`` launcher (``tsm_ds/train.py``, a
-shim for :mod:`tsm_ds.cli.train`); this entry point (``tsm-ds``, ``python -m tsm_ds.cli``) holds
-everything else. A command's module is imported only when called, so ``tsm-ds --help`` stays fast.
+never parse argv or exit. ``tsm-ds train`` runs the training entry point (:mod:`tsm_ds.cli.train`)
+in this process, one rank; the ``deepspeed`` launcher starts the same entry point on every rank
+through ``tsm_ds/train.py`` (a shim). A command's module is imported only when called, so
+``tsm-ds --help`` stays fast.
 """
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("tsm_ds.cli.train", "train TSM in this process, one rank (several ranks: deepspeed tsm_ds/train.py, "
+              "same flags)"),
     "models": ("tsm_ds.cli.models", "table of supported architectures: parameters, multiply-adds, FLOPs"),
     "eval": ("tsm_ds.cli.eval", "multi-view evaluation of a checkpoint (top-1/top-5, confusion matrix)"),
     "predict": ("tsm_ds.cli.predict", "top-k classes for video files (optionally streaming, online TSM)"),
     "export": ("tsm_ds.cli.export", "export a checkpoint to torch.export and ONNX"),
-    "prepare": ("tsm_ds.cli.prepare", "re-encode / resize a video tree or extract JPEG frames, write list files"),
+    "prepare": ("tsm_ds.cli.prepare", "prepare a video tree for training: packs (.jpack, the default), re-encoded "
+                "video or JPEG frames; list files; --shards for litdata chunks"),
     "check-videos": ("tsm_ds.cli.check_videos", "scan a dataset and report unreadable videos"),
-    "bench": ("tsm_ds.cli.bench", "benchmarks: models, data, comm, scale, all"),
+    "bench": ("tsm_ds.cli.bench", "benchmarks: models, data, comm, scale, large-batch, all"),
     "config": ("tsm_ds.cli.config", "the engine JSON resolved for N ranks (\"auto\" filled), steps and lrs, without training"),
     "demo": ("tsm_ds.cli.demo", "generate the motion-direction demo dataset and train TSM vs TSN on it"),
     "doctor": ("tsm_ds.cli.doctor", "which bottleneck binds here (data, compute, communication) and what to change"),
@@ -30,7 +34,7 @@ def _usage() -> str:
     width = max(len(n) for n in COMMANDS)
     lines = ["usage: tsm-ds <command> [options]", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Training: deepspeed tsm_ds/train.py --deepspeed_config <recipe name or JSON path> ...",
+    lines += ["", "Several ranks: deepspeed --num_gpus N tsm_ds/train.py --deepspeed_config <recipe name or JSON path> ...",
               "Run 'tsm-ds <command> --help' for a command's options."]
     return "\n".join(lines)
 
