@@ -6,7 +6,7 @@
 - no ``add_argument`` outside the parser generator; ``--num-segments``, ``--arch``, ``--img-size`` and
   ``--deepspeed_config`` are declared by one field each and appear as an option string nowhere else;
 - no argparse Namespace in the library layers (data, models, engine, inference; AST, planted fixture);
-- the environment table: one field per variable, the README's table equal to it, flags win;
+- the environment table: one field per variable, docs/training.md's table equal to it, flags win;
 - the one command-line builder and config.json round-trip the tree.
 """
 from __future__ import annotations
@@ -151,13 +151,13 @@ def test_the_namespace_checker_finds_a_planted_use(tmp_path):
 
 # ---- environment variables -----------------------------------------------------------------------
 
-def test_each_variable_sets_one_field_and_the_readme_table_is_the_table():
+def test_each_variable_sets_one_field_and_the_guide_table_is_the_table():
     for var, (path, _) in VARIABLES.items():
         assert INFOS[path].meta.get("env") == var, var
     assert {i.meta["env"] for i in INFOS.values() if i.meta.get("env")} == set(VARIABLES)
     from tsm_ds.config.docs import variables_table
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Environment variables and their flags", 1)[1].split("\n## ", 1)[0]
+    guide = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    section = guide.split("## Environment variables and their flags", 1)[1].split("\n## ", 1)[0]
     rows = [ln for ln in section.splitlines() if ln.startswith("| `") and "` | `" in ln]
     expected = [f"| {r['variable']} | {r['field']} | {r['flag']} | {r['what']} |" for r in variables_table()]
     assert rows == expected
@@ -252,7 +252,7 @@ class _Root:
 
 
 def test_a_new_field_reaches_every_command_of_its_section():
-    """What the README's "Adding an option" paragraph promises, on a tree built for the test."""
+    """What docs/contributing.md's "Adding an option" promises, on a tree built for the test."""
     Root = _Root
     cmd = Command("x", sections=("sec",))
     p = build_parser(cmd, Root)

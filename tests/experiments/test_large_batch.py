@@ -57,7 +57,7 @@ def test_estimate_fits_the_budget_and_counts_every_run():
     assert est["runs"] == 19 and est["train_clips"] == 22 * s.epochs * s.train_clips
     # optimizer steps: 6 batch-8 runs + the 4x one, 4 runs at 64, 8 at 512
     assert est["opt_steps"] == (6 + 4) * 3200 + 4 * 400 + 8 * 50
-    assert est["wall_s"] <= 2.5 * 3600              # the study's budget on 2 cores (README: 2.2 h measured-cost estimate)
+    assert est["wall_s"] <= 2.5 * 3600              # the study's budget on 2 cores (docs/large-batch.md: 2.2 h estimated)
     # intermediate evaluations: 4 per epoch, capped; the last one on the whole set
     one = estimate_seconds(dataclasses.replace(s, sgd_lrs=(0.01,), headroom=0), ("sgd_fixed",))
     assert one["eval_clips"] == one["runs"] * (4 * s.epochs - 1) * s.eval_max_clips + one["runs"] * s.val_clips
@@ -308,7 +308,7 @@ def test_history_time_to_accuracy_calibration_and_projection(tmp_path):
     none = projection(aggregate(rows[:2], ["sgd_fixed", "lamb"], [8, 512], target), 8, 512)
     assert none["recipe"] is None and none["projected_time_s"] is None and "no projection" in none["text"]
 
-    # the README's table: one line per recipe, batch and seed, outcomes and time to accuracy named
+    # the guide's table: one line per recipe, batch and seed, outcomes and time to accuracy named
     table = readme_table(pts).splitlines()
     assert table[2] == "| sgd_fixed | 8 | 0 | 0.01 | 100 | completed | 80.0 | 80.0 | 200 / 1,600 |"
     assert "| lars | 512 | 0 | 0.01 | 100 | completed | 79.0 | 79.0 | 2 / 1,024 |" in table
@@ -325,22 +325,23 @@ def test_history_time_to_accuracy_calibration_and_projection(tmp_path):
     assert not c["in_range"] and c["gain"] is None and not c["passed"] and "no headroom run" in c["text"]
 
 
-def test_readme_large_batch_table_is_the_committed_report():
-    """README "Large batch" shows the committed study, number for number: its table is
-    :func:`readme_table` of ``results/large_batch/large_batch.json``. While no report is committed
-    (the study has not finished), the README must say so and show no result table."""
+def test_large_batch_guide_table_is_the_committed_report():
+    """docs/large-batch.md shows the committed study, number for number: its table is
+    :func:`readme_table` of ``results/large_batch/large_batch.json`` and its projection the report's.
+    While no report is committed (the study has not finished), the guide must say so and show no
+    result table."""
     repo = Path(__file__).resolve().parents[2]
-    readme = (repo / "README.md").read_text()
-    section = readme[readme.index("### Large batch"):readme.index("## Environment variables")]
+    guide = (repo / "docs" / "large-batch.md").read_text()
     committed = repo / "results" / "large_batch" / "large_batch.json"
     if committed.is_file():
         rep = json.loads(committed.read_text())
         assert not rep["calibrate_only"]
-        assert readme_table(rep["points"]) in section
-        assert rep["projection"]["text"] in section
+        assert readme_table(rep["points"]) in guide
+        assert rep["projection"]["text"] in guide
+        assert rep["calibration"]["passed"] and "Calibration **passed**" in guide
     else:
-        assert "**Results**: the study has not finished" in section
-        assert "| recipe | global batch | seed |" not in section
+        assert "**Results**: the study has not finished" in guide
+        assert "| recipe | global batch | seed |" not in guide
         assert "has not finished" in (repo / "results" / "large_batch" / "README.md").read_text()
 
 
