@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", e)
         return EXIT_CONFIG
     for note in notes:
-        (log.warning if "no option any more" in note else log.info)("%s", note)
+        (log.warning if "option any more" in note else log.info)("%s", note)   # a removed option: WARNING
     from tsm_ds.engine.recipes import ConfigError, load_config, recipe_needs_cuda, resolve_recipe
     from tsm_ds.utils.node import AcceleratorError, ops_cache_dir
     # DeepSpeed's op cache: node-local, the same for every command (tsm_ds.utils.node.ops_cache_dir)

@@ -26,7 +26,7 @@ from tsm_ds.config.env import unwrap_optional
 from tsm_ds.config.fields import ConfigTreeError, field_infos
 from tsm_ds.config.tree import TRAIN_SECTIONS, Config
 
-__all__ = ["SCHEMA_VERSION", "tree_to_record", "tree_from_record", "load_run_config", "run_record"]
+__all__ = ["SCHEMA_VERSION", "tree_to_record", "tree_from_record", "load_run_config", "run_record", "check_value"]
 
 SCHEMA_VERSION = 2
 
@@ -58,11 +58,60 @@ def run_record(cfg: Config, *, deepspeed_config: str, data_description: str, spl
             "split": split}
 
 
-def _set(cfg: Config, path: str, value: Any) -> None:
+def check_value(info: Any, value: Any, *, source: str, key: str) -> Any:
+    """``value`` for the field ``info`` (a :class:`~tsm_ds.config.fields.FieldInfo`) as read from a
+    file a user may have edited: its type and choices checked, a JSON list turned into a tuple for
+    tuple fields, an int accepted for a float.
+
+    Raises:
+        ConfigTreeError: a wrong type or a value outside the choices: ``"<source>: <key> = <value>:
+            expected <type>, found <type>"`` (one line; the command exits 2).
+    """
+    import typing
+
+    tp, optional = unwrap_optional(info.type)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigTreeError(f"{source}: {key} = null: expected {getattr(tp, '__name__', tp)}, found null")
+
+    def wrong(expected: str) -> ConfigTreeError:
+        return ConfigTreeError(f"{source}: {key} = {json.dumps(value)}: expected {expected}, found "
+                               f"{type(value).__name__}")
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+    elif tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong("an integer")
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise wrong("a number")
+        value = float(value)
+    elif tp is str:
+        if not isinstance(value, str):
+            raise wrong("a string")
+    elif origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise wrong("a list")
+        inner = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        el = inner[0] if inner else None
+        for v in value:
+            if (el is float and (isinstance(v, bool) or not isinstance(v, (int, float)))) or \
+                    (el is int and (isinstance(v, bool) or not isinstance(v, int))) or (el is str and not isinstance(v, str)):
+                raise wrong(f"a list of {el.__name__}")
+        value = tuple(value) if origin is tuple else list(value)
+    choices = info.meta.get("choices")
+    if choices and value not in choices:
+        raise ConfigTreeError(f"{source}: {key} = {json.dumps(value)}: expected one of {', '.join(map(str, choices))}")
+    return value
+
+
+def _set(cfg: Config, path: str, value: Any, *, source: str = "config.json", key: str | None = None) -> None:
     sec, name = path.split(".")
     info = field_infos(Config)[path]
-    if isinstance(value, list) and "tuple" in str(info.type):
-        value = tuple(value)
+    value = check_value(info, value, source=source, key=key or f"config.{path}")
     setattr(getattr(cfg, sec), name, value)
 
 
@@ -78,8 +127,9 @@ def tree_from_record(record: dict, *, source: str = "config.json") -> tuple[Conf
         e.g. a flag removed since; empty for a current record).
 
     Raises:
-        ConfigTreeError: not a run record (neither ``config`` nor ``flags``), a newer schema, or a
-            section that is not a dictionary (the message names the file and what to do).
+        ConfigTreeError: not a run record (neither ``config`` nor ``flags``), a newer schema, a
+            section that is not a dictionary, or a value of the wrong type or outside its choices
+            (:func:`check_value`; the message names the file and the key).
     """
     infos = field_infos(Config)
     cfg = Config()
@@ -98,7 +148,7 @@ def tree_from_record(record: dict, *, source: str = "config.json") -> tuple[Conf
             for name, value in values.items():
                 path = f"{sec}.{name}"
                 if path in infos and sec in TRAIN_SECTIONS:
-                    _set(cfg, path, value)
+                    _set(cfg, path, value, source=source)
                 else:
                     notes.append(f"{source}: config.{path} is not an option any more; ignored")
         dsc = record.get("run", {}).get("deepspeed_config")
@@ -111,11 +161,11 @@ def tree_from_record(record: dict, *, source: str = "config.json") -> tuple[Conf
     for key, value in flags.items():
         if key in _LEGACY_RENAMES:
             path, invert = _LEGACY_RENAMES[key]
-            _set(cfg, path, (not value) if invert else value)
+            _set(cfg, path, (not value) if invert else value, source=source, key=f"flags.{key}")
         elif key in by_name and infos[by_name[key]].meta.get("record", True):
             if value is None and not unwrap_optional(infos[by_name[key]].type)[1]:
                 continue   # schema 1's None = "the variable, else the default": the field's default now
-            _set(cfg, by_name[key], value)
+            _set(cfg, by_name[key], value, source=source, key=f"flags.{key}")
         elif key not in _LEGACY_EXTRA:
             notes.append(f"{source}: flag {key!r} of the old run has no option any more; ignored")
     if flags.get("deepspeed_config"):

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 __all__ = ["AUTO", "ConfigError", "RECIPE_DIRS", "recipe_names", "resolve_recipe", "load_config",
-           "optimizer_kind", "recipe_needs_cuda", "CUDA_ONLY_OPTIMIZERS"]
+           "optimizer_kind", "recipe_needs_cuda", "CUDA_ONLY_OPTIMIZERS", "check_tsm_block"]
 
 #: DeepSpeed optimizer types (a JSON "optimizer" block) that build a CUDA-only op
 CUDA_ONLY_OPTIMIZERS = {"lamb": "FusedLamb", "lion": "FusedLion"}
@@ -74,9 +74,80 @@ def load_config(path: str | Path) -> dict:
     """
     p = resolve_recipe(path)
     try:
-        return json.loads(p.read_text())
+        cfg = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}: not valid JSON ({e}); fix the file") from e
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{p}: an engine JSON is an object ({{...}}), found {type(cfg).__name__}")
+    check_tsm_block(cfg.get("tsm_ds", {}), source=str(p))
+    return cfg
+
+
+_NUM, _INT, _STR, _BOOL, _LIST, _DICT = "a number", "an integer", "a string", "true or false", "a list of numbers", \
+    "an object"
+#: the ``tsm_ds`` block: key -> expected kind, or a nested block; ("auto" allowed) marks keys the run fills
+_TSM_SCHEMA: dict = {
+    "optimizer": {"type": _STR, "params": _DICT},
+    "lr_scaling": {"rule": ("linear", "sqrt", "none"), "base_lr": _NUM, "base_batch": _INT},
+    "lr_schedule": {"type": ("step", "cosine", "constant"), "warmup_steps": (_INT, "auto"),
+                    "warmup_epochs": (_NUM, "auto"), "decay_epochs": (_LIST, "auto"), "gamma": _NUM,
+                    "steps_per_epoch": _INT, "total_steps": _INT},
+    "compression": None,   # its own parser (tsm_ds.engine.compression.parse_compression_block) checks it
+    "zero_init_residual": _BOOL,
+}
+
+
+def _kind_ok(kind: str, v) -> bool:
+    if kind == _NUM:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind == _INT:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == _STR:
+        return isinstance(v, str)
+    if kind == _BOOL:
+        return isinstance(v, bool)
+    if kind == _LIST:
+        return isinstance(v, list) and all(_kind_ok(_NUM, x) for x in v)
+    return isinstance(v, dict)
+
+
+def check_tsm_block(block, *, source: str) -> None:
+    """Check a recipe's ``tsm_ds`` block against its schema before anything reads it: every key known
+    (a typo stops: DeepSpeed never sees this block, so nothing else would catch it), every value of
+    its kind ("auto" where the run fills it), choices respected. Keys starting with ``_`` are
+    comments.
+
+    Raises:
+        ConfigError: ``"<file>: tsm_ds.<key> = <value>: expected <kind>, found <type>"``, or an
+            unknown key with the known ones (one line; the commands exit 2).
+    """
+    def walk(obj, schema: dict, prefix: str) -> None:
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{source}: {prefix} = {json.dumps(obj)}: expected an object, found "
+                              f"{type(obj).__name__}")
+        for k, v in obj.items():
+            if str(k).startswith("_"):
+                continue
+            key = f"{prefix}.{k}"
+            if k not in schema:
+                raise ConfigError(f"{source}: {key}: unknown key (a typo?); {prefix} knows "
+                                  f"{', '.join(sorted(schema))}")
+            want = schema[k]
+            if want is None:
+                continue
+            if isinstance(want, dict):
+                walk(v, want, key)
+                continue
+            kinds = want if isinstance(want, tuple) else (want,)
+            if v in ("auto",) and "auto" in kinds:
+                continue
+            named = [x for x in kinds if x in (_NUM, _INT, _STR, _BOOL, _LIST, _DICT)]
+            values = [x for x in kinds if x not in named and x != "auto"]
+            if (named and any(_kind_ok(x, v) for x in named)) or (values and v in values):
+                continue
+            expected = " or ".join([*named, *(json.dumps(x) for x in values), *(['"auto"'] if "auto" in kinds else [])])
+            raise ConfigError(f"{source}: {key} = {json.dumps(v)}: expected {expected}, found {type(v).__name__}")
+    walk(block, _TSM_SCHEMA, "tsm_ds")
 
 
 def optimizer_kind(cfg: dict) -> tuple[str, str, dict]:
