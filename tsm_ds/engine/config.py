@@ -177,36 +177,9 @@ def predivide_factor(cfg: dict, world_size: int) -> float:
     return round(math.sqrt(max(1, int(world_size))), 4)
 
 
-def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: int,
-                   max_steps: int | None = None, lr_mults: list[float] | None = None,
-                   flags: dict | None = None) -> tuple[dict, dict, dict, int]:
-    """Fill every ``"auto"`` of a recipe for this run.
-
-    Args:
-        raw: the recipe as loaded (not modified).
-        world_size: data-parallel ranks.
-        train_samples: clips in the training set.
-        epochs: planned epochs.
-        max_steps: stop after this many optimizer steps (caps ``total_num_steps``).
-        lr_mults: one lr multiplier per param group, in the order the groups reach the optimizer.
-        flags: command-line values by ``FLAG_KEYS`` name (None = not given).
-
-    Returns:
-        (ds_config for ``deepspeed.initialize`` without the ``tsm_ds`` block, the resolved
-        ``tsm_ds`` block, ``filled`` {json key: value} for the log, optimizer steps per epoch).
-
-    Raises:
-        ConfigError: inconsistent or uneven batch sizes, a flag for a fixed key, an epoch shorter
-        than one global batch, a scalar scheduler lr that would erase the per-group multipliers,
-        an unknown lr scaling rule, an ``"auto"`` this function cannot fill.
-    """
-    flags = dict(flags or {})
-    lr_mults = list(lr_mults or [1.0])
-    cfg = _strip_comments(copy.deepcopy(raw))
-    filled: dict[str, Any] = {}
-    W = int(world_size)
-
-    # ---- batch sizes
+def _batch_sizes(cfg: dict, flags: dict, filled: dict, W: int):
+    """Fill the three batch sizes of ``cfg`` in place (module docstring); returns (global, micro,
+    accumulation)."""
     g = cfg.get("train_batch_size", AUTO)
     m = cfg.get("train_micro_batch_size_per_gpu", AUTO)
     a = cfg.get("gradient_accumulation_steps", AUTO)
@@ -252,19 +225,11 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
                           f"{m} x gradient_accumulation_steps {a} x world size {W} = {m * a * W}; set "
                           f"`gradient_accumulation_steps` to \"auto\" or fix one of the three")
     cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"] = g, m, a
+    return g, m, a
 
-    # optimizer steps per epoch: DistributedSampler gives ceil(N / W) clips per rank; drop_last
-    per_rank = math.ceil(train_samples / W)
-    steps_per_epoch = per_rank // (m * a)
-    if steps_per_epoch < 1:
-        raise ConfigError(f"the training set has {train_samples} clips, {per_rank} per rank: fewer than one "
-                          f"optimizer step of micro-batch {m} x accumulation {a} per rank (global batch {g}); "
-                          f"lower `train_batch_size` / `train_micro_batch_size_per_gpu` or add data")
-    total_steps = steps_per_epoch * epochs
-    if max_steps is not None:
-        total_steps = min(total_steps, int(max_steps))
-    total_steps = max(total_steps, 1)
 
+def _clip_and_predivide(cfg: dict, flags: dict, filled: dict, W: int):
+    """``gradient_clipping`` (never implicit) and an ``"auto"`` ``gradient_predivide_factor``, in place."""
     # ---- gradient clipping (DeepSpeed's default became 1.0 in 0.19.3: never leave it implicit)
     if "gradient_clipping" not in cfg:
         raise ConfigError("`gradient_clipping` is missing: DeepSpeed >= 0.19.3 then clips at 1.0; set it "
@@ -281,8 +246,11 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
                                                "sums stay in range)" if cfg["gradient_predivide_factor"] != 1.0
                                                else "1.0 (not fp16 gradient sums)")
 
+
+def _optimizer(cfg: dict, tsm: dict, flags: dict, filled: dict, g: int):
+    """The optimizer's lr (by its scaling rule) and weight decay, in place; returns (lr or None, the
+    rule's lr multiplier)."""
     # ---- optimizer lr / weight decay
-    tsm = cfg.pop("tsm_ds", {}) or {}
     src, otype, oblock = optimizer_kind({**cfg, "tsm_ds": tsm})
     if src == "client" and otype not in CLIENT_OPTIMIZERS:
         raise ConfigError(f"tsm_ds.optimizer.type = {oblock.get('type')!r}: use one of "
@@ -316,8 +284,12 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
             if flags.get(name) is not None:
                 raise ConfigError(f"--{name.replace('_', '-')} given but the engine JSON has no `optimizer` "
                                   f"or `tsm_ds.optimizer` block to apply it to")
+    return lr, lr_factor
 
-    # ---- schedules
+
+def _deepspeed_scheduler(cfg: dict, tsm: dict, flags: dict, filled: dict, lr, lr_mults: list, total_steps: int):
+    """DeepSpeed's ``scheduler`` block's ``"auto"`` values, in place; returns whether
+    ``--warmup-steps`` was used."""
     warm_flag_used = False
     if cfg.get("scheduler") and tsm.get("lr_schedule"):
         raise ConfigError("engine JSON has both `scheduler` and `tsm_ds.lr_schedule`: keep one")
@@ -358,6 +330,13 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
                                   f"per-group values")
             elif isinstance(v, list) and len(v) != len(lr_mults):
                 raise ConfigError(f"scheduler.params.{k} has {len(v)} values for {len(lr_mults)} param groups")
+    return warm_flag_used
+
+
+def _tsm_schedule(tsm: dict, flags: dict, filled: dict, lr_factor: float, steps_per_epoch: int, total_steps: int,
+                  warm_flag_used: bool):
+    """``tsm_ds.lr_schedule``'s ``"auto"`` values (warm-up, decay epochs) and the flags' checks, in
+    place; returns (the block or None, whether a warm-up flag was used)."""
     ls = tsm.get("lr_schedule")
     if ls:
         ls = tsm["lr_schedule"] = dict(ls)
@@ -391,7 +370,56 @@ def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: in
         raise ConfigError("--warmup-epochs given but the engine JSON has no `tsm_ds.lr_schedule` to warm up")
     if flags.get("lr_steps") is not None and not (ls and ls.get("type") == "step"):
         raise ConfigError("--lr-steps given but the engine JSON has no `tsm_ds.lr_schedule` of type \"step\"")
+    return ls, warm_flag_used
 
+
+def resolve_config(raw: dict, *, world_size: int, train_samples: int, epochs: int,
+                   max_steps: int | None = None, lr_mults: list[float] | None = None,
+                   flags: dict | None = None) -> tuple[dict, dict, dict, int]:
+    """Fill every ``"auto"`` of a recipe for this run.
+
+    Args:
+        raw: the recipe as loaded (not modified).
+        world_size: data-parallel ranks.
+        train_samples: clips in the training set.
+        epochs: planned epochs.
+        max_steps: stop after this many optimizer steps (caps ``total_num_steps``).
+        lr_mults: one lr multiplier per param group, in the order the groups reach the optimizer.
+        flags: command-line values by ``FLAG_KEYS`` name (None = not given).
+
+    Returns:
+        (ds_config for ``deepspeed.initialize`` without the ``tsm_ds`` block, the resolved
+        ``tsm_ds`` block, ``filled`` {json key: value} for the log, optimizer steps per epoch).
+
+    Raises:
+        ConfigError: inconsistent or uneven batch sizes, a flag for a fixed key, an epoch shorter
+        than one global batch, a scalar scheduler lr that would erase the per-group multipliers,
+        an unknown lr scaling rule, an ``"auto"`` this function cannot fill.
+    """
+    flags = dict(flags or {})
+    lr_mults = list(lr_mults or [1.0])
+    cfg = _strip_comments(copy.deepcopy(raw))
+    filled: dict[str, Any] = {}
+    W = int(world_size)
+
+    g, m, a = _batch_sizes(cfg, flags, filled, W)
+    # optimizer steps per epoch: DistributedSampler gives ceil(N / W) clips per rank; drop_last
+    per_rank = math.ceil(train_samples / W)
+    steps_per_epoch = per_rank // (m * a)
+    if steps_per_epoch < 1:
+        raise ConfigError(f"the training set has {train_samples} clips, {per_rank} per rank: fewer than one "
+                          f"optimizer step of micro-batch {m} x accumulation {a} per rank (global batch {g}); "
+                          f"lower `train_batch_size` / `train_micro_batch_size_per_gpu` or add data")
+    total_steps = steps_per_epoch * epochs
+    if max_steps is not None:
+        total_steps = min(total_steps, int(max_steps))
+    total_steps = max(total_steps, 1)
+
+    _clip_and_predivide(cfg, flags, filled, W)
+    tsm = cfg.pop("tsm_ds", {}) or {}
+    lr, lr_factor = _optimizer(cfg, tsm, flags, filled, g)
+    warm_flag_used = _deepspeed_scheduler(cfg, tsm, flags, filled, lr, lr_mults, total_steps)
+    ls, warm_flag_used = _tsm_schedule(tsm, flags, filled, lr_factor, steps_per_epoch, total_steps, warm_flag_used)
     # ---- monitor output paths
     for mon in ("tensorboard", "csv_monitor"):
         if isinstance(cfg.get(mon), dict) and cfg[mon].get("output_path") == AUTO:
