@@ -7,7 +7,7 @@
 #
 #   TSM_DS_ROOT   the repository (this file's parent folder); every host needs it at the same path
 #   TSM_DS_VENV   the venv (default $TSM_DS_ROOT/.venv), same path on every host
-# Settable by the user (see README "Clusters"): NPROC, MASTER_ADDR, MASTER_PORT, SSH_PORT,
+# Settable by the user (see docs/cluster.md): NPROC, MASTER_ADDR, MASTER_PORT, SSH_PORT,
 # TSM_DS_ENV_FILE (NAME=VALUE lines for every rank), TSM_DS_FORWARD_ENV ("VAR1 VAR2": more
 # variables to forward), NO_SSH_CHECK=1, TSM_DS_DIST_TIMEOUT.
 

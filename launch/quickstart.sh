@@ -15,7 +15,7 @@ set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR == 1 && /^#!/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0;; esac
 cd "$(dirname "$0")/.."
 bash launch/setup.sh
-source launch/common.sh   # venv on PATH, DeepSpeed's op cache in .venv/torch_extensions, this node's accelerator
+source launch/common.sh   # venv on PATH, DeepSpeed's op cache on this node (built by set-up), this node's accelerator
 tsm_setup_env
 tsm_prebuild_op           # one build of DeepSpeed's CPU comm op (20 s to 2 min the first time), not one per rank
 

@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 bash launch/setup.sh
 bash launch/cluster/install.sh || echo "launch/cluster/install.sh failed: the cluster tests skip (fail under CI=true)" >&2
 export PATH="$(pwd)/.venv/bin:$PATH"   # one ninja on PATH: DeepSpeed's op cache is not rebuilt
-# DeepSpeed JIT-compiles its CPU ops into this cache; one per checkout, or several venvs
-# on one machine rebuild each other's ops at every launch (minutes each)
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(pwd)/.venv/torch_extensions}
+# DeepSpeed JIT-compiles its CPU ops into this cache: the node-local one keyed by the versions that
+# set-up built into and every command finds (tsm_ds.utils.node.ops_cache_dir), so the op is built once
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(.venv/bin/python -m tsm_ds.cli.launch_helper ops-cache)}
 # build DeepSpeed's shared-memory comm op once, in one process (20 s to 2 min the first time, more on a loaded machine): two ranks
 # that both find an empty cache build it at the same time and can abort
 DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} .venv/bin/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null || true

@@ -227,21 +227,25 @@ def test_cli_options(tmp_path):
 
 @pytest.mark.slow
 def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
-    """--quick with (a), (b) and a LARS lr far too large: 5 runs of tsm_ds.train. Checks each run's
-    batch, accumulation and lr as read back from its config.json, the same clips at every batch,
-    and a diverged run reported as a result, not a failure."""
+    """--quick with (a), (b), and LARS and LAMB at an lr far too large: 7 runs of tsm_ds.train.
+    Checks each run's batch, accumulation and lr as read back from its config.json, the same clips at
+    every batch, LARS held by its clipped trust ratio (every group adapted: its steps are bounded by
+    trust_coeff x |w| whatever the lr), and a diverged run (LAMB, whose BatchNorm and bias groups
+    take the raw lr) reported as a result, not a failure."""
     from tsm_ds.cli.bench_large_batch import main
 
     out = tmp_path / "lb"
-    code = main(["--quick", "--recipes", "sgd_fixed,sgd_linear,lars", "--lars-base-lr", "1e4", "--out-dir", str(out)])
+    argv = ["--quick", "--recipes", "sgd_fixed,sgd_linear,lars,lamb", "--lars-base-lr", "1e4", "--lamb-base-lr", "1e4"]
+    code = main([*argv, "--out-dir", str(out)])
     assert code == 0, capsys.readouterr().err
     rep = json.loads((out / "large_batch.json").read_text())
     assert rep["sgd_lr"] == QUICK.sgd_lrs[0] and len(rep["sweep"]) == 1
     rows = {r["name"]: r for r in rep["rows"]}
-    assert set(rows) == {"sgd_lr0.01_b2_s0", "sgd_fixed_b8_s0", "sgd_linear_b8_s0", "lars_b2_s0", "lars_b8_s0"}
+    assert set(rows) == {"sgd_lr0.01_b2_s0", "sgd_fixed_b8_s0", "sgd_linear_b8_s0", "lars_b2_s0", "lars_b8_s0",
+                         "lamb_b2_s0", "lamb_b8_s0"}
     assert rows["sgd_lr0.01_b2_s0"]["recipes"] == ["sgd_fixed", "sgd_linear"]
     expect_lr = {"sgd_lr0.01_b2_s0": 0.01, "sgd_fixed_b8_s0": 0.01, "sgd_linear_b8_s0": 0.04,
-                 "lars_b2_s0": 1e4, "lars_b8_s0": 4e4}
+                 "lars_b2_s0": 1e4, "lars_b8_s0": 4e4, "lamb_b2_s0": 1e4, "lamb_b8_s0": 2e4}
     for name, r in rows.items():
         cfg = json.loads((out / "runs" / name / "config.json").read_text())
         assert cfg["resolved_ds_config"]["train_batch_size"] == r["global_batch"] == r["batch"]
@@ -249,8 +253,10 @@ def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
         assert r["lr"] == pytest.approx(expect_lr[name])
         assert r["planned_steps"] == 16 // r["batch"]
         assert not (out / "runs" / name / "checkpoints").exists()      # deleted after the run
-        if name.startswith("lars"):
+        if name.startswith("lamb"):
             assert r["status"] == "diverged" and r["exit_code"] == 3 and 1 <= r["diverged_at"] <= r["planned_steps"]
+        elif name.startswith("lars"):
+            assert r["status"] == "completed" and r["steps"] == 16 // r["batch"]   # the clipped trust ratio holds
         else:
             assert r["status"] == "completed" and r["clips_seen"] == 16 and r["steps"] == 16 // r["batch"]
             assert r["val_clips"] == 4
@@ -263,8 +269,7 @@ def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
     assert rep["target_top1"] is not None and "time-to-accuracy" in md and "Projection:" in md
     assert "Calibration:" in md and rep["calibration"]["gain"] is None
     # a second call reuses every recorded run, and copies the report into a tracked folder
-    assert main(["--quick", "--recipes", "sgd_fixed,sgd_linear,lars", "--lars-base-lr", "1e4",
-                 "--out-dir", str(out), "--results-dir", str(tmp_path / "results")]) == 0
+    assert main([*argv, "--out-dir", str(out), "--results-dir", str(tmp_path / "results")]) == 0
     again = json.loads((tmp_path / "results" / "large_batch.json").read_text())
     assert again["rows"] == rep["rows"] and (tmp_path / "results" / "large_batch.md").is_file()
 

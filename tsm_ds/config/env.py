@@ -2,7 +2,7 @@
 
 The command-line parsers (:func:`tsm_ds.config.fields.parse`) read the variables of the fields a
 command uses from the environment they are given, and only where the flag was not given (the
-flag wins). No other module of the package reads ``TSM_DS_*`` variables for itself. The README's
+flag wins). No other module of the package reads ``TSM_DS_*`` variables for itself. docs/training.md's
 table of variables is tested equal to :data:`VARIABLES` (``tests/config/test_tree.py``).
 """
 from __future__ import annotations

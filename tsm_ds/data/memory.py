@@ -5,9 +5,9 @@ intermediates, each size depending on the video). glibc keeps freed heap memory 
 returns only the top of the heap; holes between longer-lived blocks (frame indexes, Python
 objects) stay resident. No object leaks (the heap's used bytes stay flat), yet the RSS of a
 decoding process grows with every clip: the issue measured 878 MB after 200 clips, 1,092 MB after
-5,000; here, on 10,000 distinct small clips, see the README ("Memory in long epochs").
+5,000; here, on 10,000 distinct small clips, see docs/performance.md ("Memory in long epochs").
 
-Options measured (README table): ``malloc_trim(0)`` after every item (chosen: flat, 0.6 ms per
+Options measured (docs/performance.md): ``malloc_trim(0)`` after every item (chosen: flat, 0.6 ms per
 ~95 ms item on this CPU, 0.3 %), ``mallopt`` of ``M_MMAP_THRESHOLD`` / ``M_TRIM_THRESHOLD``,
 ``MALLOC_ARENA_MAX`` and persistent DataLoader workers (which keep a worker's growth across
 epochs; the trainer's non-persistent ones restart every epoch, which does not help long epochs).

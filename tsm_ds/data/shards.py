@@ -4,7 +4,7 @@ Why shards: one file per clip is one open per clip on a shared filesystem; shard
 files read sequentially or fetched whole from an object store (S3-compatible), with a local cache
 of bounded size.
 
-Which library does what (the README's "Shards" section has the evidence):
+Which library does what (docs/shards.md has the evidence):
 
 - storage: litdata 0.2.76 (``BinaryWriter`` writes the chunks and their ``index.json``,
   ``StreamingDataset[i]`` reads sample ``i`` by its global index, locally or from ``s3://`` through
@@ -28,7 +28,7 @@ JPEG frame, ``{"v": video number, "f": frame number, "jpeg": bytes}`` (the pack'
 unchanged): an item reads only the frames it keeps (8 for a T=8 train clip), never the whole video,
 and decodes them as :class:`~tsm_ds.data.video.PackedVideo` does (:class:`ShardVideo` is one), so
 the items are bit-identical to the per-file packs'. Measured against one sample per whole pack in
-the README ("Shards"). A record of a shard sample has the path ``<shard folder>!/<key>``
+docs/shards.md. A record of a shard sample has the path ``<shard folder>!/<key>``
 (:data:`SHARD_SEP`): bad-sample messages name it like a bad video.
 
 Shard contents are data: only litdata's ``int`` / ``int`` / ``bytes`` serializers are accepted
@@ -337,7 +337,7 @@ class ShardReader:
         self.cache_dir = cache_dir
         # batch_decode=0: deserialize only the requested sample. litdata's default ("auto")
         # deserializes a window of up to 256 neighbours per read, for sequential iteration; under our
-        # random access by index that cost ~0.9 ms a read instead of ~0.012 ms (README "Shards").
+        # random access by index that cost ~0.9 ms a read instead of ~0.012 ms (docs/shards.md).
         logging.getLogger("litdata.streaming.dataset").addFilter(_no_drop_last_warning)
         self._ds = StreamingDataset(root, shuffle=False, drop_last=False, batch_decode=0, **kw)
         if cache_chunks:

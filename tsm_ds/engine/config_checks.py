@@ -55,7 +55,7 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
     if otype in REMOVED_OPTIMIZERS:
         raise ConfigError(f"optimizer.type = {otype!r}: OneBitAdam/OneBitLamb/ZeroOneAdam were removed from "
                           f"DeepSpeed 0.19.7; use the `tsm_ds.compression` block of the engine JSON, "
-                          f"see README")
+                          f"see docs/training.md")
     if src == "deepspeed" and otype in CUDA_ONLY_OPTIMIZERS and device == "cpu":
         raise ConfigError(f"optimizer.type = {otype!r} builds DeepSpeed's {CUDA_ONLY_OPTIMIZERS[otype]}, "
                           f"which is CUDA-only; on CPU use the client optimizer "

@@ -19,8 +19,8 @@ Why not the usual recipes:
   before handing it over is unwrapped here and compiled the same way (:func:`compile_engine`).
   Readers accept ``_orig_mod.`` keys anyway (:mod:`tsm_ds.engine.checkpoint_reader`).
 
-Measured on this 2-core CPU (TSM-ResNet-18, 112 px; README "Training with DeepSpeed"): see the
-README table; channels_last and compile are off by default.
+Measured on this 2-core CPU (TSM-ResNet-18, 112 px; docs/performance.md, "Compute"): see the
+table there; channels_last and compile are off by default.
 """
 from __future__ import annotations
 

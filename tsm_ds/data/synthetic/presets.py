@@ -13,7 +13,7 @@ preset (a clip's twin is the same clip played backwards).
   never learned), low contrast (0.2), a static distractor shape in half the clips, per-clip draws
   from easy to hard: object radius 6-12 px, speed 0.75-2.5 px/frame, noise sigma 0.02-0.6
   (intensities clipped to [0, 1]); full background clutter and strong tint; 16 frames, so that the
-  4 sampled frames are ~4 frames apart. Calibrated through the trainer (README "Large batch",
+  4 sampled frames are ~4 frames apart. Calibrated through the trainer (docs/large-batch.md,
   the pilots): batch-8 SGD stays below 90 % in the study's 5 epochs and a 4x longer run gains
   more than 5 points. The versions before it plateaued near 90 % because the rotating cw / ccw
   pair stayed at chance (confusion matrix of a 4x run: 8 classes at 97-100 %, rotating cw 9.5 %,

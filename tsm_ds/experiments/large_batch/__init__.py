@@ -8,7 +8,7 @@ data (time-reversed classes, where only temporal modelling helps), TSM, global b
 base batch up (world size 1, a fixed micro-batch x gradient accumulation), the same clips seen at
 every batch, four recipes, every run through ``tsm_ds.train`` and the DeepSpeed engine.
 
-The default study (README "Large batch"): the ``hard`` preset of the demo data (8 classes,
+The default study (docs/large-batch.md): the ``hard`` preset of the demo data (8 classes,
 per-clip object size, speed and noise from easy to hard, low contrast, full clutter: batch 8 must
 not solve it perfectly), batches 8 / 64 / 512 with 25,600 clips per run (50 steps at 512), 2,000 validation clips, evaluations every quarter epoch (time to 95 % of
 the best batch-8 accuracy), a 4x longer batch-8 run (the task's calibration) and the scaling

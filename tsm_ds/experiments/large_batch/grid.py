@@ -298,7 +298,7 @@ def plan_headroom(settings: StudySettings, out_dir: Path, sgd_lr: float) -> RunS
 
 
 #: per-unit costs of :func:`estimate_seconds` in seconds of one core (resnet18 T=4 at 32 px, one
-#: thread, the other core busy; README "Large batch"): ``train_clip`` one clip's forward + backward
+#: thread, the other core busy; docs/large-batch.md): ``train_clip`` one clip's forward + backward
 #: (micro-batch 8), ``opt_step`` one optimizer step (the guard's checks, gradient clipping, the
 #: update), ``eval_clip`` one evaluated clip, ``decode_video`` one video into the
 #: ``--cache-decoded`` cache, ``run_start`` a run's start-up. Split by a cProfile of a batch-8 run

@@ -187,7 +187,7 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
         f"{lr_rule}; warm-up {s.warmup_fraction:.0%} of each run's steps, cosine decay); time-to-accuracy "
         f"target {tgt} (95% of the best batch-{s.base_batch} final top-1):", "",
         points_table(points), *verdict_lines(v, s.batches, points), "",
-        "Per recipe, global batch and seed (README \"Large batch\"):", "", readme_table(points),
+        "Per recipe, global batch and seed (docs/large-batch.md):", "", readme_table(points),
         f"Projection: {proj['text']}", "",
         "Every run:", "", runs_table(list(unique.values()), target),
         f"Pilot: {pilot['criterion']}: {'-' if pilot['top1'] is None else format(pilot['top1'], '.1f') + '%'} "

@@ -172,10 +172,10 @@ def points_table(points: Sequence[dict]) -> str:
 
 
 def readme_table(points: Sequence[dict]) -> str:
-    """Markdown for README "Large batch": one line per (recipe, global batch, seed) in the order of
+    """Markdown for docs/large-batch.md: one line per (recipe, global batch, seed) in the order of
     ``points`` (:func:`aggregate`): lr read back, optimizer steps, outcome (completed / diverged at
     step k / failed), final and best val top-1 (%), and optimizer steps / clips to the target
-    ("not reached"). A test keeps the README's table equal to this function of the committed
+    ("not reached"). A test keeps that guide's table equal to this function of the committed
     ``results/large_batch/large_batch.json``."""
     lines = ["| recipe | global batch | seed | lr | optimizer steps | outcome | final top-1 (%) | best top-1 (%) | "
              "steps / clips to target |", "|---|---|---|---|---|---|---|---|---|"]
