@@ -10,7 +10,9 @@ Data: ``--data DIR`` is resolved exactly as training resolves it (:func:`tsm_ds.
 a folder holding manifest.csv or its videos/, class folders under train/ + val/, or a class-folder tree
 with a per-class hold-out of ``--val-fraction``); ``--split train|val|all`` picks the side (default: val
 when the data carries its own split, all for a plain class-folder tree). ``--list FILE [--root DIR]``
-reads a video list. Without either, the run's ``config.json`` next to the checkpoint (RUN/best_model.pt,
+reads a video list. ``--dataset NAME --data ROOT [--dataset-split N]`` reads a distributed dataset's own
+annotation files (:mod:`tsm_ds.data.datasets`): its validation ids are scored, minus the listed videos
+missing on disk, which are named. Without either, the run's ``config.json`` next to the checkpoint (RUN/best_model.pt,
 RUN/last_model.pt, RUN, RUN/checkpoints/<tag>) names the data, and its validation side is evaluated.
 
 Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
@@ -85,7 +87,9 @@ def main(argv: list[str]) -> int:
                            img_size=cfg.data.img_size, average=v.average, batch_size=e.batch_size,
                            workers=e.workers, max_clips=e.max_clips, plot=e.plot,
                            trust=cfg.checkpoint.trust_checkpoint, decode_device=cfg.data.decode_device,
-                           log=lambda line: print(line, flush=True), max_bad_fraction=cfg.data.max_bad_fraction)
+                           log=lambda line: print(line, flush=True), max_bad_fraction=cfg.data.max_bad_fraction,
+                           dataset=cfg.data.dataset, dataset_split=cfg.data.dataset_split,
+                           frame_template=cfg.data.frame_template)
     except DataLossError as err:
         print(f"tsm-ds eval: {err}", file=sys.stderr)
         return EXIT_DATA_LOSS

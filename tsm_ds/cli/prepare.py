@@ -6,9 +6,13 @@ Usage::
                    [--keyint 16] [--crf 23] [--preset veryfast] [--workers N]
     tsm-ds prepare SRC OUT --part I/N [...]      # one part (or a SLURM array task: I from the task id)
     tsm-ds prepare SRC OUT --merge               # after all parts: lists + report of the whole set
+    tsm-ds prepare --dataset somethingv2 SRC OUT  # a distributed dataset, its split kept in OUT
 
-SRC is a class-per-folder tree (or use ``--list`` with a video list); what is written is described
-in :mod:`tsm_ds.data.prepare`, the parts and the merge in :mod:`tsm_ds.data.prepare_parts`.
+SRC is a class-per-folder tree (or use ``--list`` with a video list, or ``--dataset NAME`` for a
+dataset as it is distributed: :mod:`tsm_ds.data.datasets`; OUT then also holds train.txt, val.txt,
+test.txt and dataset.json, :mod:`tsm_ds.data.datasets.prepared`, so ``--data OUT`` trains the same
+split); what is written is described in :mod:`tsm_ds.data.prepare`, the parts and the merge in
+:mod:`tsm_ds.data.prepare_parts`.
 Options: :data:`tsm_ds.config.tools.PREPARE`. Exit status 1 when a file failed, 2 for parts that
 cannot be run or merged (the message says why and what to run).
 """
@@ -85,10 +89,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"prepare: {e}", file=sys.stderr)
         return 2
     classes = None
-    try:
+    d, split = cfg.data, None
+    if d.dataset is None and (d.dataset_split is not None or d.frame_template or d.classes):
+        print("tsm-ds prepare: --dataset-split, --frame-template and --classes belong to --dataset NAME",
+              file=sys.stderr)
+        return 2
+    if d.dataset is not None:   # the dataset's own annotation files; the split is kept in OUT
         if p.list:
+            print(f"tsm-ds prepare: --dataset {d.dataset} reads the dataset's annotation files under SRC; drop --list",
+                  file=sys.stderr)
+            return 2
+        from tsm_ds.data.splits import resolve_split
+        try:
+            split = resolve_split(dataset=d.dataset, data=src_root, dataset_split=d.dataset_split,
+                                  frame_template=d.frame_template, classes=d.classes)
+        except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+            print(f"tsm-ds prepare: {e}", file=sys.stderr)
+            return 2
+        records, classes = split.train + split.val + split.test, split.class_names
+        lost = {s: len(v) for s, v in split.missing.items()}
+        print(f"prepare: {split.description}" + (f"; not on disk (left out): {lost}" if lost else ""), flush=True)
+    try:
+        if split is None and p.list:
             records = read_video_list(p.list, root=src_root)
-        else:
+        elif split is None:
             records, classes = read_class_folders(src_root)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         print(f"tsm-ds prepare: {e} (SRC is a folder of class folders, <SRC>/<class>/<video>, or the root of "
@@ -128,16 +152,36 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:   # kept, but only the frames before a decode error
         if r["status"] != "failed" and r["reason"].startswith("partial source"):
             print(f"  partial {r['src']}: {r['num_frames']} frames kept ({r['reason']})")
+    if split is not None and part is None:
+        from tsm_ds.data.datasets import PREPARED_FILE, write_prepared_split
+
+        doc = write_prepared_split(out_root, split, rows, mode=p.mode if not p.merge else summary["mode"],
+                                   source=src_root)
+        kept = {s: len(side) - len(doc["failed"].get(s, [])) for s, side in
+                (("train", split.train), ("val", split.val), ("test", split.test))}
+        print(f"prepare: the {split.dataset} split kept in {out_root}: train.txt {kept['train']}, val.txt "
+              f"{kept['val']}, test.txt {kept['test']} files, classes.txt, {PREPARED_FILE}; train with --data "
+              f"{out_root}")
     if p.shards is not None and part is None:
-        code = _write_shards(out_root, rows, p.shards, classes)
+        shard_split = None
+        if split is not None:   # the dataset's split, kept in the shards' samples.json
+            from tsm_ds.data.datasets import prepared_sides
+
+            ok, failed_src = prepared_sides(split, rows)
+            shard_split = {"dataset": split.dataset, "dataset_split": split.dataset_split, "flip": split.flip,
+                           **{side: [row["out"] for row in kept] for side, kept in ok.items()},
+                           "missing": {s: split.missing.get(s, []) + failed_src.get(s, [])
+                                       for s in ("train", "val", "test")}}
+        code = _write_shards(out_root, rows, p.shards, classes, shard_split)
         if code:
             return code
     return 1 if failed else 0
 
 
-def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes) -> int:
-    """Write (or find already written) ``OUT/shards`` from the prepared packs; returns 0, or 2 with a
-    message when a different shard folder is there."""
+def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes, split: dict | None = None) -> int:
+    """Write (or find already written) ``OUT/shards`` from the prepared packs (with a dataset's
+    ``split``, :func:`tsm_ds.data.shards.write_shards`); returns 0, or 2 with a message when a
+    different shard folder is there."""
     from tsm_ds.data.shards import SAMPLES_FILE, read_samples, write_shards
     from tsm_ds.data.video import VideoError
 
@@ -156,7 +200,7 @@ def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes) -> 
               "remove the folder to write them again", file=sys.stderr)
         return 2
     try:
-        info = write_shards(out_root, want, folder, shard_mb=shard_mb, classes=classes)
+        info = write_shards(out_root, want, folder, shard_mb=shard_mb, classes=classes, split=split)
     except (ValueError, VideoError) as e:   # a pack damaged since it was written is named
         print(f"prepare: {e}", file=sys.stderr)
         return 2

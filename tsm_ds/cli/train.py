@@ -123,8 +123,10 @@ def select_data(cfg: Config, log: logging.Logger) -> tuple:
 
     The data fields (``--data`` / lists, else ``$TSM_DS_DATA`` through the parser), else
     ../shared/data/videos, else the generated demo dataset in OUTPUT_DIR/demo_data
-    (:func:`tsm_ds.data.splits.demo_split`); each fallback is logged. The demo's classes are
-    directions: flipping is turned off for it (logged). ``cfg`` is not changed.
+    (:func:`tsm_ds.data.splits.demo_split`); each fallback is logged. ``--dataset NAME`` reads that
+    dataset's own annotation files under ``--data`` (no fallback). The demo's classes are directions,
+    and Something-Something's and Jester's say left and right (the official TSM code trains them
+    without flip): flipping is turned off for them (logged). ``cfg`` is not changed.
 
     Raises:
         FileNotFoundError, NotADirectoryError, ValueError: see :func:`tsm_ds.data.splits.resolve_split`.
@@ -133,7 +135,7 @@ def select_data(cfg: Config, log: logging.Logger) -> tuple:
 
     d = cfg.data
     data, split = d.data, None
-    if data is None and not d.train_list:
+    if data is None and not d.train_list and not d.dataset:
         data, origin = splits.default_data()
         if data is None:
             root = Path(cfg.output.output_dir) / "demo_data"
@@ -144,8 +146,13 @@ def select_data(cfg: Config, log: logging.Logger) -> tuple:
             log.info("no --data given: using %s (%s)", data, origin)
     if split is None:
         split = splits.resolve_split(data=data, train_list=d.train_list, val_list=d.val_list,
-                                     classes=d.classes, val_fraction=d.val_fraction)
+                                     classes=d.classes, val_fraction=d.val_fraction, dataset=d.dataset,
+                                     dataset_split=d.dataset_split, frame_template=d.frame_template)
     flip = d.flip
+    if not split.flip and flip:
+        log.info("%s: its classes say left and right, so horizontal flip is turned off (as the official TSM "
+                 "code trains it)", split.dataset)
+        flip = False
     if split.demo:
         if flip:
             log.info("demo dataset: direction classes, so horizontal flip is turned off")

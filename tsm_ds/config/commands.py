@@ -36,8 +36,9 @@ PLAN = Command(prog="tsm-ds config", description="The engine JSON a training run
 #: ``tsm-ds eval``
 EVAL = Command(prog="tsm-ds eval", description="Multi-view evaluation of a checkpoint, on one process or many.",
                sections=("checkpoint", "views", "eval"),
-               fields=("data.data", "data.val_fraction", "data.img_size", "data.decode_device", "data.shard_cache",
-                       "data.shard_cache_mb", "data.max_bad_fraction",
+               fields=("data.data", "data.dataset", "data.dataset_split", "data.frame_template", "data.val_fraction",
+                       "data.img_size", "data.decode_device", "data.shard_cache", "data.shard_cache_mb",
+                       "data.max_bad_fraction",
                        *CHECKPOINT_MODEL_FIELDS, "distributed.local_rank"),
                defaults=_FROM_CHECKPOINT, required=("checkpoint.checkpoint", "eval.out"))
 

@@ -318,7 +318,8 @@ class ClusterCheckConfig:
 class PrepareConfig:
     """``tsm-ds prepare`` (:func:`tsm_ds.data.prepare.prepare_dataset`)."""
 
-    src: str = opt(None, "class-folder tree (or the root of --list's relative paths)", positional=True)
+    src: str = opt(None, "class-folder tree (or the root of --list's relative paths, or the folder of --dataset NAME: "
+                   "the split is kept in OUT)", positional=True)
     out: str = opt(None, "output folder", positional=True)
     list: str | None = opt(None, "video list ('path label') instead of class folders")
     mode: str = opt("packed", "packed: one training-ready .jpack per video (JPEG frames + index); video: "
@@ -429,6 +430,7 @@ DOCTOR = Command(
            "cluster preflight (alone unless --only says otherwise).")
 
 PREPARE = Command(prog="tsm-ds prepare", sections=("prepare",),
+                  fields=("data.dataset", "data.dataset_split", "data.frame_template", "data.classes"),
                   description="Pack, re-encode or extract JPEG frames of a video dataset and write lists; on many nodes in "
                               "parts (--part I/N or a SLURM array job), then --merge.")
 

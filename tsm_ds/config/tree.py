@@ -12,7 +12,7 @@ and the paper, Sec. 4.1 / Appendix): resnet50, 8 segments, shift_div 8, blockres
 224 px, 50 epochs with x0.1 steps at epochs 20 and 40; engine-JSON values (batch, lr, weight decay,
 clipping, warm-up) are None = "the recipe's, or its ``"auto"`` rule" (:mod:`tsm_ds.engine.config`).
 
-Adding an option: the README's "Adding an option" (one :func:`~tsm_ds.config.fields.opt` field in
+Adding an option: docs/contributing.md, "Adding an option" (one :func:`~tsm_ds.config.fields.opt` field in
 its section here, or in :mod:`tsm_ds.config.tools` for a tool's own option).
 """
 from __future__ import annotations
@@ -28,9 +28,14 @@ from tsm_ds.config.tools import (BenchAllConfig, BenchCommConfig, BenchDataConfi
 __all__ = ["Config", "DataConfig", "ModelConfig", "EngineConfig", "ScheduleConfig", "GuardConfig",
            "DistributedConfig", "OutputConfig", "LoggingConfig", "DebugConfig", "CheckpointConfig",
            "ViewsConfig", "EvalConfig", "PredictConfig", "ExportConfig", "PlanConfig", "ModelsTableConfig",
-           "TRAIN_SECTIONS", "SHIFT_CHOICES"]
+           "TRAIN_SECTIONS", "SHIFT_CHOICES", "DATASET_CHOICES"]
 
 SHIFT_CHOICES = ("bidirectional", "online", "none")
+
+#: the ``--dataset`` names (:data:`tsm_ds.data.datasets.DATASET_NAMES`, tested equal; the config layer
+#: does not import the data layer)
+DATASET_CHOICES = ("somethingv1", "somethingv2", "jester", "ucf101", "hmdb51", "kinetics400", "kinetics600",
+                   "kinetics700")
 
 
 @dataclass
@@ -40,11 +45,19 @@ class DataConfig:
     data: str | None = opt(None, "a folder holding manifest.csv (../shared/data) or its videos/ folder, class "
                            "folders under train/ + val/, or a class-per-folder tree (per-class hold-out); a shard "
                            "folder or s3://bucket/prefix (tsm-ds prepare --shards); with list "
-                           "files, the root their paths are relative to", env="TSM_DS_DATA")
+                           "files, the root their paths are relative to; with --dataset, the dataset's folder (its "
+                           "annotation files and videos, or a folder tsm-ds prepare --dataset wrote)",
+                           env="TSM_DS_DATA")
+    dataset: str | None = opt(None, "read a distributed dataset from its own annotation files under --data, with "
+                              "its split and flip rule (docs/datasets.md)", choices=DATASET_CHOICES)
+    dataset_split: int | None = opt(None, "the numbered split of --dataset ucf101 / hmdb51 (default 1)",
+                                    choices=(1, 2, 3))
+    frame_template: str | None = opt(None, "file name of frame N in the frame folders of --dataset somethingv1 / "
+                                     "jester, a Python format of N (default {:05d}.jpg, as released)")
     train_list: str | None = opt(None, "list file of training clips: 'path label' per line")
     val_list: str | None = opt(None, "list file of validation clips")
-    classes: str | None = opt(None, "class names, one per line (line = label): the names of list-file labels, or "
-                              "the label order of class folders")
+    classes: str | None = opt(None, "class names, one per line (line = label): the names of list-file labels, "
+                              "the label order of class folders, or the label map of --dataset kinetics400/600/700")
     val_fraction: float = opt(0.2, "per-class hold-out for --data trees without train/ val/ folders")
     img_size: int | None = opt(224, "crop side in pixels")
     flip: bool = opt(True, "no horizontal flip (direction-sensitive classes)", flag="--no-flip")
@@ -55,7 +68,7 @@ class DataConfig:
                                   "workers and runs (default: in memory only)", env="TSM_DS_INDEX_CACHE")
     index_cache_size: int = opt(8192, "frame indexes kept in memory per process", env="TSM_DS_INDEX_CACHE_SIZE")
     malloc_trim: bool = opt(True, "return freed heap to the system after every item (glibc malloc_trim; "
-                            "README: memory in long epochs)", flag="--no-malloc-trim", env="TSM_DS_MALLOC_TRIM")
+                            "docs/performance.md: memory in long epochs)", flag="--no-malloc-trim", env="TSM_DS_MALLOC_TRIM")
     cache_decoded: bool = opt(False, "decode every video once before training and keep its frames in memory "
                               "(frame sampling, crops and flips are still drawn per epoch); for small datasets")
     cache_decoded_max_mb: float = opt(4096.0, "size limit of --cache-decoded per rank (MiB of decoded frames); "

@@ -1,6 +1,8 @@
 """tsm_ds.data: annotations -> frame indices -> decoded frames -> transformed clips.
 
-Modules: records (list files, class folders, Kinetics CSV, manifest split), sampling (TSN /
+Modules: records (list files, class folders, Kinetics CSV, manifest split), datasets (the distributed
+datasets read from their own annotation files: Something-Something, Jester, UCF101, HMDB51,
+Kinetics; a package), splits (the one train / val resolver), sampling (TSN /
 dense / multi-clip indices), video (PyAV, exact frames, cached packet index; a package),
 transforms (official crops to uint8 clips; ``normalize_batch``: the ImageNet normalisation, once
 per batch on the device), dataset (VideoClipDataset), prepare / check
@@ -16,7 +18,8 @@ import importlib
 _EXPORTS = {
     "VideoRecord": "records", "read_class_folders": "records", "read_video_list": "records",
     "read_kinetics_csv": "records", "read_label_map": "records",
-    "split_by_source_group": "records", "write_video_list": "records",
+    "split_by_source_group": "records", "write_video_list": "records", "Split": "records",
+    "read_dataset": "datasets",
     "clip_indices": "sampling",
     "decode_frames": "video", "count_frames": "video", "VideoError": "video",
     "ClipTransform": "transforms", "normalize_batch": "transforms",

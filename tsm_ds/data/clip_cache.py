@@ -66,18 +66,21 @@ class DecodedFrameCache:
         return (str(key[0]), key[1]) in self._frames
 
     def _decode_all(self, path: str, num_frames: int | None, short_side: int | None,
-                    thread_count: int) -> np.ndarray:
+                    thread_count: int, frame_template: str | None = None) -> np.ndarray:
         """Every frame of ``path`` with :func:`tsm_ds.data.video.decode_frames` (the decoder the
         uncached path uses, so that the pixels are the same). Raises VideoError."""
-        if not (num_frames and os.path.isdir(path)):   # as the dataset: a list file's count is for folders
+        template = frame_template or _video.FRAME_TEMPLATE
+        if os.path.isdir(path):   # as the dataset: a list file's count is for folders
+            num_frames = num_frames or _video.frame_folder_count(path, template)
+        else:
             num_frames = _video.count_frames(path)
         frames = _video.decode_frames(path, range(num_frames), num_frames=num_frames,
-                                      thread_count=thread_count, short_side=short_side)
+                                      thread_count=thread_count, short_side=short_side, frame_template=template)
         frames.setflags(write=False)   # shared by every clip (and forked worker): never modified
         return frames
 
     def video(self, path: str, *, num_frames: int | None = None, short_side: int | None = None,
-              thread_count: int = 1) -> np.ndarray:
+              thread_count: int = 1, frame_template: str | None = None) -> np.ndarray:
         """All decoded frames of ``path``: uint8 (N, H, W, 3) RGB, read-only; from memory, else
         decoded (and kept when they fit in ``max_bytes``).
 
@@ -86,6 +89,8 @@ class DecodedFrameCache:
             num_frames: frame count (frame folders: the list file's; None: counted).
             short_side: decode short side (see :func:`~tsm_ds.data.video.decode_frames`).
             thread_count: decoder threads when decoding.
+            frame_template: frame file names of a frame folder (None:
+                :data:`~tsm_ds.data.video.FRAME_TEMPLATE`).
 
         Raises:
             tsm_ds.data.video.VideoError: the file cannot be opened / has no decodable frame
@@ -97,7 +102,7 @@ class DecodedFrameCache:
             self.hits += 1
             return frames
         self.misses += 1
-        frames = self._decode_all(key[0], num_frames, short_side, thread_count)
+        frames = self._decode_all(key[0], num_frames, short_side, thread_count, frame_template)
         if self.nbytes + frames.nbytes <= self.max_bytes:
             self._frames[key] = frames
             self.nbytes += frames.nbytes
@@ -111,11 +116,11 @@ class DecodedFrameCache:
         return frames
 
     def get(self, path: str, indices: Iterable[int], *, num_frames: int | None = None,
-            thread_count: int = 1, short_side: int | None = None) -> np.ndarray:
+            thread_count: int = 1, short_side: int | None = None, frame_template: str | None = None) -> np.ndarray:
         """Frames ``indices`` of ``path``, as :func:`tsm_ds.data.video.decode_frames` returns them.
 
         Args:
-            path, num_frames, short_side, thread_count: see :meth:`video`.
+            path, num_frames, short_side, thread_count, frame_template: see :meth:`video`.
             indices: frame indices in presentation order, any order, repeats allowed; clipped to
                 [0, N - 1] as ``decode_frames`` clips them.
 
@@ -128,7 +133,8 @@ class DecodedFrameCache:
         want = np.fromiter((int(i) for i in indices), dtype=np.int64)
         if want.size == 0:
             raise ValueError("DecodedFrameCache.get: no indices requested")
-        frames = self.video(path, num_frames=num_frames, short_side=short_side, thread_count=thread_count)
+        frames = self.video(path, num_frames=num_frames, short_side=short_side, thread_count=thread_count,
+                            frame_template=frame_template)
         return frames[np.clip(want, 0, len(frames) - 1)]
 
     def stats(self) -> dict:
@@ -168,7 +174,7 @@ def attach_frame_cache(datasets: Sequence, *, max_mb: float, thread_count: int =
             for rec in ds.records:
                 try:
                     cache.video(rec.path, num_frames=rec.num_frames, short_side=ds.decode_short_side,
-                                thread_count=thread_count)
+                                thread_count=thread_count, frame_template=rec.frame_template)
                 except _video.VideoError:
                     unreadable += 1
     cache.hits = cache.misses = 0       # count the training's own accesses from here

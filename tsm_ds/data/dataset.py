@@ -203,23 +203,25 @@ class VideoClipDataset(Dataset):
             # crops cut frame by frame: the whole frames are never copied into one clip
             x = self.transform.frames_to_clip(frames, self._rng(index, attempt, 1))
             return stack_views(x, idx.shape[0], self.num_segments, self.mode == "test" and self.num_views > 1)
+        template = record.frame_template or _video.FRAME_TEMPLATE
         if os.path.isdir(record.path) and self.frame_cache is None:   # JPEG folder: as packs
-            n = record.num_frames if record.num_frames is not None else _video.frame_folder_count(record.path)
+            n = record.num_frames if record.num_frames is not None else _video.frame_folder_count(record.path,
+                                                                                                   template)
             idx = indices(n)
             flat = [min(max(int(i), 0), n - 1) for i in idx.reshape(-1)]
             frames = [torch.from_numpy(f).permute(2, 0, 1) for f in
-                      _video.read_frame_folder_list(record.path, flat, short_side=self.decode_short_side)]
+                      _video.read_frame_folder_list(record.path, flat, template, short_side=self.decode_short_side)]
             x = self.transform.frames_to_clip(frames, self._rng(index, attempt, 1))
             return stack_views(x, idx.shape[0], self.num_segments, self.mode == "test" and self.num_views > 1)
         else:
-            if record.num_frames is not None and os.path.isdir(record.path):
-                n = record.num_frames
+            if os.path.isdir(record.path):
+                n = record.num_frames or _video.frame_folder_count(record.path, template)
             else:
                 n = _video.count_frames(record.path)
             idx = indices(n)
             decode = self.frame_cache.get if self.frame_cache is not None else _video.decode_frames
             frames = decode(record.path, idx.reshape(-1), num_frames=n, thread_count=self.thread_count,
-                            short_side=self.decode_short_side)
+                            short_side=self.decode_short_side, frame_template=template)
         k = idx.shape[0]
         x = self.transform(frames, self._rng(index, attempt, 1))
         return stack_views(x, k, self.num_segments, self.mode == "test" and self.num_views > 1)

@@ -41,6 +41,8 @@ The output mirrors the input's relative paths under OUT:
 - ``--mode frames``: JPEG frames ``<rel path without extension>/img_00001.jpg ...`` (official TSM
   layout) at ``--short-side``.
 
+Sources are video files or JPEG frame folders (a record's ``frame_template`` names a folder's files,
+e.g. ``{:05d}.jpg`` for Something-Something v1 and Jester; default ``img_{:05d}.jpg``).
 Every mode keeps every source frame (rotation applied), scaled so that the short side is
 ``--short-side``; the loader crops them the same way whatever the format.
 
@@ -95,12 +97,19 @@ def _target_size(w: int, h: int, short_side: int) -> tuple[int, int]:
     return _even(w * s), _even(h * s)
 
 
-def _frames(path: str):
-    """Yield (rgb uint8 (H, W, 3) with rotation applied, time in seconds or None) per frame."""
+def _frames(path: str, frame_template: str | None = None):
+    """Yield (rgb uint8 (H, W, 3) with rotation applied, time in seconds or None) per frame of a
+    video file, or of a JPEG frame folder (files ``frame_template``, default
+    :data:`~tsm_ds.data.video.FRAME_TEMPLATE`; times None)."""
     import av
 
     from . import video as D
 
+    if os.path.isdir(path):
+        template = frame_template or D.FRAME_TEMPLATE
+        for i in range(D.frame_folder_count(path, template)):
+            yield D.read_frame_folder(path, [i], template)[0], None
+        return
     c = D.open_video(path)
     try:
         s = D.video_stream(c, path)
@@ -186,11 +195,13 @@ def x264_options(*, crf: int = 23, preset: str = "veryfast", tune: str | None = 
 
 def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | None = None,
                   crf: int = 23, preset: str = "veryfast", tune: str | None = "fastdecode",
-                  x264_params: str | None = FAST_DECODE_PARAMS, threads: int = X264_THREADS) -> int:
+                  x264_params: str | None = FAST_DECODE_PARAMS, threads: int = X264_THREADS,
+                  frame_template: str | None = None) -> int:
     """Re-encode ``src`` to an H.264 MP4 ``dst`` (written atomically: a temporary file, then renamed).
 
     Args:
-        src / dst: input video and output ``.mp4`` path.
+        src / dst: input video (or JPEG frame folder: its frames at 30 fps, files
+            ``frame_template``, default ``img_{:05d}.jpg``) and output ``.mp4`` path.
         short_side: short side of the output in pixels, both sides rounded to even (0: keep).
         keyint: a keyframe every ``keyint`` frames exactly (None: x264's choice).
         crf, preset, tune, x264_params, threads: the encoder's (:func:`x264_options`). The
@@ -220,7 +231,7 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
     with _resize_threads(), atomic_path(dst, suffix=".mp4") as tmp:
         with av.open(str(tmp), "w") as out:
             stream = None
-            for img, t in _frames(src):
+            for img, t in _frames(src, frame_template):
                 if stream is None:
                     w, h = _target_size(img.shape[1], img.shape[0], short_side)
                     stream = out.add_stream("libx264", rate=30)
@@ -247,9 +258,11 @@ def prepare_video(src: str, dst: str, *, short_side: int = 256, keyint: int | No
     return n
 
 
-def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: int = 90) -> int:
-    """Write every frame of ``src`` as ``dst_dir/img_00001.jpg ...`` (built in a temporary folder
-    and renamed when complete). Returns the number of frames.
+def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: int = 90,
+                   frame_template: str | None = None) -> int:
+    """Write every frame of ``src`` (a video, or a frame folder of files ``frame_template``) as
+    ``dst_dir/img_00001.jpg ...`` (built in a temporary folder and renamed when complete).
+    Returns the number of frames.
 
     Raises:
         VideoDecodeError: no decodable frame (nothing is left behind).
@@ -261,7 +274,7 @@ def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: in
     n = 0
     with _resize_threads(), atomic_path(dst_dir, directory=True) as tmp:
         size = None
-        for img, _ in _frames(src):
+        for img, _ in _frames(src, frame_template):
             if size is None:
                 size = _target_size(img.shape[1], img.shape[0], short_side)
             n += 1
@@ -272,17 +285,20 @@ def extract_frames(src: str, dst_dir: str, *, short_side: int = 256, quality: in
     return n
 
 
-def _scaled_frames(src: str, short_side: int):
+def _scaled_frames(src: str, short_side: int, frame_template: str | None = None):
     """Every frame of ``src`` (rotation applied) scaled to ``short_side`` (0: as decoded)."""
     size = None
-    for img, _ in _frames(src):
+    for img, _ in _frames(src, frame_template):
         if size is None:
             size = _target_size(img.shape[1], img.shape[0], short_side)
         yield _resize(img, size)
 
 
-def pack_video(src: str, dst: str, *, short_side: int = 256, quality: int = 90) -> int:
-    """Write every frame of ``src`` into one packed video ``dst`` (``.jpack``, atomically).
+def pack_video(src: str, dst: str, *, short_side: int = 256, quality: int = 90,
+               frame_template: str | None = None) -> int:
+    """Write every frame of ``src`` (a video file, or a JPEG frame folder whose files are
+    ``frame_template``, default ``img_{:05d}.jpg``) into one packed video ``dst`` (``.jpack``,
+    atomically).
 
     Frames are scaled as ``--mode frames`` scales them (short side ``short_side``, even sides,
     antialiased) and encoded at JPEG ``quality`` (:func:`tsm_ds.data.video.write_packed`).
@@ -296,7 +312,7 @@ def pack_video(src: str, dst: str, *, short_side: int = 256, quality: int = 90) 
     from .video import write_packed
 
     with _resize_threads():
-        return write_packed(dst, _scaled_frames(src, short_side), quality=quality,
+        return write_packed(dst, _scaled_frames(src, short_side, frame_template), quality=quality,
                             meta={"source": os.path.basename(src), "short_side": short_side})
 
 
@@ -354,7 +370,7 @@ def _noted(row: dict):
 
 
 def _job(args) -> dict:
-    src, rel, label, out_root, mode, opts = args
+    src, rel, label, out_root, mode, opts, template = args
     from . import video as D
 
     stem = os.path.splitext(rel)[0]
@@ -379,14 +395,14 @@ def _job(args) -> dict:
                 row["status"] = "done"
                 with _noted(row):
                     row["num_frames"] = pack_video(src, dst, short_side=opts["short_side"],
-                                                   quality=opts.get("quality", 90))
+                                                   quality=opts.get("quality", 90), frame_template=template)
         elif mode == "video":
             if os.path.isfile(dst):
                 row["status"] = "skipped (exists)"
                 row["num_frames"] = D.count_frames(dst)
             else:
                 with _noted(row):
-                    row["num_frames"] = prepare_video(src, dst, **opts)
+                    row["num_frames"] = prepare_video(src, dst, **opts, frame_template=template)
         else:
             if os.path.isdir(dst):
                 row["status"] = "skipped (exists)"
@@ -394,7 +410,7 @@ def _job(args) -> dict:
             else:
                 with _noted(row):
                     row["num_frames"] = extract_frames(src, dst, short_side=opts["short_side"],
-                                                       quality=opts.get("quality", 90))
+                                                       quality=opts.get("quality", 90), frame_template=template)
     except Exception as e:  # report, never stop the whole run
         row["status"], row["reason"] = "failed", f"{type(e).__name__}: {getattr(e, 'reason', e)}"
     return row
@@ -425,7 +441,7 @@ def prepare_rows(records, src_root: str, out_root: str, *, mode: str = "packed",
         rel = os.path.relpath(r.path, src_root)
         if rel.startswith(".."):
             rel = os.path.basename(r.path)
-        jobs.append((r.path, rel, r.label, out_root, mode, opts))
+        jobs.append((r.path, rel, r.label, out_root, mode, opts, getattr(r, "frame_template", None)))
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(workers, initializer=_die_with_parent) as ex:
             rows = list(tqdm(ex.map(_job, jobs), total=len(jobs), desc="prepare", unit="file",

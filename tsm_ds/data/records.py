@@ -10,17 +10,21 @@ Formats read here (all paths may be relative; see each reader for what they are 
   column) with clips named ``{youtube_id}_{time_start:06d}_{time_end:06d}.mp4``
   (:func:`read_kinetics_csv`), labels through a label map such as kinetics400_labels.txt;
 - ../shared/data/videos with its manifest.csv, split by source video (:func:`split_by_source_group`).
+
+:class:`Split` (train / validation records of one data source) is defined here, beside
+:class:`VideoRecord`, so that the resolver (:mod:`tsm_ds.data.splits`) and the readers of the
+distributed datasets (:mod:`tsm_ds.data.datasets`) share it without importing each other.
 """
 from __future__ import annotations
 
 import csv
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tsm_ds.utils.io import atomic_write_text
 
-__all__ = ["VideoRecord", "VIDEO_EXTENSIONS", "normalize_class_name", "read_label_map",
+__all__ = ["VideoRecord", "Split", "VIDEO_EXTENSIONS", "normalize_class_name", "read_label_map",
            "read_class_folders", "read_video_list", "write_video_list", "read_kinetics_csv",
            "kinetics_clip_name", "split_by_source_group"]
 
@@ -38,11 +42,87 @@ class VideoRecord:
         label: class index (int, 0-based); -1 for unlabelled test items.
         num_frames: frames, when the annotation states it (frame folders); None for videos (the
             loader counts packets, see :func:`tsm_ds.data.video.count_frames`).
+        frame_template: file name of frame i + 1 in a frame folder, a ``str.format`` pattern
+            (``"{:05d}.jpg"`` for the Something-Something v1 and Jester releases); None: the
+            official TSM layout :data:`tsm_ds.data.video.FRAME_TEMPLATE` (``img_{:05d}.jpg``).
     """
 
     path: str
     label: int
     num_frames: int | None = None
+    frame_template: str | None = None
+
+
+@dataclass
+class Split:
+    """Train and validation records of one data source, and how to resolve them again.
+
+    Attributes:
+        train, val: the records (``val`` may be empty: a list run without ``val_list``).
+        class_names: label i is ``class_names[i]``.
+        kind: one of :data:`tsm_ds.data.splits.SPLIT_KINDS`.
+        description: one line for logs (what was read, how it was split).
+        data, train_list, val_list, classes: the resolver's arguments as absolute paths (or None).
+        val_fraction: the hold-out fraction (used by kind "holdout" only).
+        demo: True for the generated demo dataset (:func:`tsm_ds.data.splits.demo_split`): direction
+            classes.
+        dataset: kind "dataset": the ``--dataset`` name (:data:`tsm_ds.data.datasets.DATASETS`),
+            read from its annotation files or from a folder ``tsm-ds prepare --dataset`` wrote.
+        dataset_split: the numbered split read (UCF101, HMDB51: 1-3), else None.
+        frame_template: the frame file names of the dataset's frame folders (None: videos, or
+            ``img_{:05d}.jpg``).
+        flip: False when a horizontal flip changes the class (Something-Something, Jester: classes
+            say left and right; the official TSM code trains them without flip).
+        test: unlabelled test records (label -1), for ``tsm-ds predict``; never trained or scored.
+        missing: side (``"train"``, ``"val"``, ``"test"``) -> the ids the annotations list whose video
+            is not on disk; they are left out of the records (so they never reach the loader and
+            never count against ``--max-bad-fraction``) and named here.
+        duplicates: side -> ids listed again after their first listing (the repeats are left out).
+    """
+
+    train: list[VideoRecord]
+    val: list[VideoRecord]
+    class_names: list[str]
+    kind: str
+    description: str
+    data: str | None = None
+    train_list: str | None = None
+    val_list: str | None = None
+    classes: str | None = None
+    val_fraction: float = 0.2
+    demo: bool = False
+    dataset: str | None = None
+    dataset_split: int | None = None
+    frame_template: str | None = None
+    flip: bool = True
+    test: list[VideoRecord] = field(default_factory=list)
+    missing: dict[str, list[str]] = field(default_factory=dict)
+    duplicates: dict[str, list[str]] = field(default_factory=dict)
+
+    def side(self, name: str) -> list[VideoRecord]:
+        """``"train"``, ``"val"``, or ``"all"`` (both, sorted by path). Raises ValueError for other names."""
+        if name == "train":
+            return list(self.train)
+        if name == "val":
+            return list(self.val)
+        if name == "all":
+            return sorted(list(self.train) + list(self.val), key=lambda r: r.path)
+        raise ValueError(f"split side must be train, val or all; got {name!r}")
+
+    def as_dict(self) -> dict:
+        """The resolver's arguments plus ``kind``, ``demo`` and the clip counts (JSON-ready), for
+        ``config.json``; :func:`tsm_ds.data.splits.split_from_record` reads it back. A dataset split
+        adds ``dataset``, ``dataset_split``, ``frame_template``, ``flip``, ``test_clips`` and the counts
+        of missing and duplicate ids per side (the ids themselves: :attr:`missing`, the log)."""
+        out = {"kind": self.kind, "data": self.data, "train_list": self.train_list, "val_list": self.val_list,
+               "classes": self.classes, "val_fraction": self.val_fraction, "demo": self.demo,
+               "train_clips": len(self.train), "val_clips": len(self.val)}
+        if self.dataset is not None:
+            out.update({"dataset": self.dataset, "dataset_split": self.dataset_split,
+                        "frame_template": self.frame_template, "flip": self.flip, "test_clips": len(self.test),
+                        "missing": {k: len(v) for k, v in self.missing.items()},
+                        "duplicates": {k: len(v) for k, v in self.duplicates.items()}})
+        return out
 
 
 def normalize_class_name(name: str) -> str:

@@ -20,9 +20,11 @@ A shard folder (local, or ``s3://bucket/prefix``; ``AWS_ENDPOINT_URL`` names an 
 server) holds litdata's ``chunk-*.bin`` + ``index.json`` and our ``samples.json``::
 
     {"format": "tsm_ds.shards", "version": 2, "classes": [names],
-     "samples": [[key, label, first, frames, width, height], ...]}
+     "samples": [[key, label, first, frames, width, height], ...], "split": {...}}
 
-``key``: the pack's path relative to the prepare output; ``first``: the litdata sample index of the
+``split`` (optional, written by ``tsm-ds prepare --dataset NAME --shards``): the dataset's own split,
+``{"dataset", "dataset_split", "flip", "val": [keys], "test": [keys], "missing": {side: [ids]}}``
+(:func:`shard_split`; the other keys are training samples). ``key``: the pack's path relative to the prepare output; ``first``: the litdata sample index of the
 video's frame 0; ``frames``, ``width``, ``height``: the pack's header. One litdata sample is ONE
 JPEG frame, ``{"v": video number, "f": frame number, "jpeg": bytes}`` (the pack's frame bytes,
 unchanged): an item reads only the frames it keeps (8 for a T=8 train clip), never the whole video,
@@ -50,7 +52,7 @@ from tsm_ds.data.video.packed import PackedVideo
 from tsm_ds.utils.io import atomic_write_text
 
 __all__ = ["SHARD_SEP", "SAMPLES_FILE", "INDEX_FILE", "DEFAULT_CACHE_MB", "is_shard_path", "is_shard_source",
-           "split_shard_path", "write_shards", "read_samples", "shard_records", "set_shard_cache",
+           "split_shard_path", "write_shards", "read_samples", "shard_records", "shard_split", "set_shard_cache",
            "shard_cache", "ShardReader", "ShardVideo", "get_reader", "open_packed"]
 
 #: separates the shard folder from the sample key in a record path: ``<folder>!/<key>``
@@ -123,7 +125,7 @@ def split_shard_path(path: str) -> tuple[str, str]:
 
 
 def write_shards(pack_root: str | os.PathLike, rows: list[tuple[str, int]], out_dir: str | os.PathLike, *,
-                 shard_mb: float, classes: list[str] | None = None) -> dict:
+                 shard_mb: float, classes: list[str] | None = None, split: dict | None = None) -> dict:
     """Write the frames of the packs ``rows`` into litdata chunks of about ``shard_mb`` MB under ``out_dir``.
 
     Every frame of every pack becomes one litdata sample (its JPEG bytes, unchanged), in row order
@@ -135,6 +137,8 @@ def write_shards(pack_root: str | os.PathLike, rows: list[tuple[str, int]], out_
         out_dir: the shard folder (created; must not hold shards already).
         shard_mb: target shard size in MB (10^6 bytes).
         classes: class names recorded in :data:`SAMPLES_FILE` (None: ``class_<i>``).
+        split: a dataset's split recorded in :data:`SAMPLES_FILE` (module docstring; None: none, the
+            readers hold out a share per class).
 
     Returns:
         ``{"samples": videos, "frames": litdata samples, "shards": number of chunk files,
@@ -172,8 +176,10 @@ def write_shards(pack_root: str | os.PathLike, rows: list[tuple[str, int]], out_
     w.merge(1)
     if classes is None:
         classes = [f"class_{i}" for i in range(1 + max(int(r[1]) for r in rows))]
-    atomic_write_text(out / SAMPLES_FILE, json.dumps(
-        {"format": "tsm_ds.shards", "version": _VERSION, "classes": list(classes), "samples": table}) + "\n")
+    doc = {"format": "tsm_ds.shards", "version": _VERSION, "classes": list(classes), "samples": table}
+    if split is not None:
+        doc["split"] = split
+    atomic_write_text(out / SAMPLES_FILE, json.dumps(doc) + "\n")
     chunks = [p for p in out.iterdir() if p.name.startswith("chunk-") and p.suffix == ".bin"]
     return {"samples": len(rows), "frames": i, "shards": len(chunks), "bytes": sum(p.stat().st_size for p in chunks)}
 
@@ -240,6 +246,23 @@ def read_samples(root: str | os.PathLike) -> tuple[list[str], list[int], list[st
     """
     rows, classes = _read_doc(str(root))
     return [r[0] for r in rows], [r[1] for r in rows], classes
+
+
+def shard_split(root: str | os.PathLike) -> dict | None:
+    """The dataset split recorded in a shard folder's :data:`SAMPLES_FILE` (``tsm-ds prepare --dataset
+    NAME --shards``; its keys: module docstring), or None when the shards hold no split.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_samples`; a ``split`` that is not an object.
+    """
+    root = str(root) if _is_remote(str(root)) else os.path.abspath(root)
+    try:
+        split = json.loads(_read_file(root, SAMPLES_FILE)).get("split")
+    except (ValueError, AttributeError) as e:
+        raise ValueError(f"{root}/{SAMPLES_FILE}: not a tsm_ds shard sample list ({e})") from None
+    if split is not None and not isinstance(split, dict):
+        raise ValueError(f"{root}/{SAMPLES_FILE}: \"split\" is not an object; write the shards again")
+    return split
 
 
 def shard_records(root: str | os.PathLike) -> tuple[list, list[str]]:

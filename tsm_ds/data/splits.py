@@ -13,6 +13,10 @@
 - ``"shards"``: ``data`` = a shard folder or ``s3://bucket/prefix`` written by ``tsm-ds prepare
   --shards`` (:mod:`tsm_ds.data.shards`); split as ``"holdout"`` splits the packs it was made from,
   so the same clips are train / validation as with ``--data <prepare output>``.
+- ``"dataset"``: ``dataset`` names a distributed dataset (somethingv2, ucf101, kinetics400, ...) whose
+  own annotation files under ``data`` give the split (:func:`tsm_ds.data.datasets.read_dataset`); also
+  ``data`` = a folder ``tsm-ds prepare --dataset`` wrote (its ``dataset.json``), or its shards (their
+  ``samples.json`` records the split), with or without ``dataset``. Tried before the other kinds.
 
 :meth:`Split.as_dict` records the arguments (absolute paths) and the kind; :func:`split_from_record`
 resolves them again from a run's ``config.json``, which is how ``tsm-ds eval --checkpoint RUN/...``
@@ -24,10 +28,9 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsm_ds.data.records import VideoRecord
+from tsm_ds.data.records import Split, VideoRecord
 
 __all__ = ["Split", "SPLIT_KINDS", "DEFAULT_SHARED", "resolve_split", "split_from_record", "default_data",
            "demo_split", "manifest_root", "build_datasets"]
@@ -37,51 +40,7 @@ log = logging.getLogger(__name__)
 #: the project's real clips, next to a source checkout (absent in a user's clone or an install)
 DEFAULT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "videos"
 
-SPLIT_KINDS = ("lists", "manifest", "train_val_folders", "holdout", "shards")
-
-
-@dataclass
-class Split:
-    """Train and validation records of one data source, and how to resolve them again.
-
-    Attributes:
-        train, val: the records (``val`` may be empty: a list run without ``val_list``).
-        class_names: label i is ``class_names[i]``.
-        kind: one of :data:`SPLIT_KINDS`.
-        description: one line for logs (what was read, how it was split).
-        data, train_list, val_list, classes: the resolver's arguments as absolute paths (or None).
-        val_fraction: the hold-out fraction (used by kind "holdout" only).
-        demo: True for the generated demo dataset (:func:`demo_split`): direction classes.
-    """
-
-    train: list[VideoRecord]
-    val: list[VideoRecord]
-    class_names: list[str]
-    kind: str
-    description: str
-    data: str | None = None
-    train_list: str | None = None
-    val_list: str | None = None
-    classes: str | None = None
-    val_fraction: float = 0.2
-    demo: bool = field(default=False)
-
-    def side(self, name: str) -> list[VideoRecord]:
-        """``"train"``, ``"val"``, or ``"all"`` (both, sorted by path). Raises ValueError for other names."""
-        if name == "train":
-            return list(self.train)
-        if name == "val":
-            return list(self.val)
-        if name == "all":
-            return sorted(list(self.train) + list(self.val), key=lambda r: r.path)
-        raise ValueError(f"split side must be train, val or all; got {name!r}")
-
-    def as_dict(self) -> dict:
-        """The resolver's arguments plus ``kind``, ``demo`` and the clip counts (JSON-ready), for
-        ``config.json``; :func:`split_from_record` reads it back."""
-        return {"kind": self.kind, "data": self.data, "train_list": self.train_list, "val_list": self.val_list,
-                "classes": self.classes, "val_fraction": self.val_fraction, "demo": self.demo,
-                "train_clips": len(self.train), "val_clips": len(self.val)}
+SPLIT_KINDS = ("lists", "manifest", "train_val_folders", "holdout", "shards", "dataset")
 
 
 def _abs(p: str | os.PathLike | None) -> Path | None:
@@ -118,9 +77,48 @@ def _holdout(records: list[VideoRecord], num_classes: int, val_fraction: float
     return train, val
 
 
+def _shard_dataset_split(root: str, records: list[VideoRecord], names: list[str], info: dict | None, *,
+                         dataset: str | None, dataset_split: int | None, frame_template: str | None,
+                         classes) -> Split:
+    """The split a shard folder of ``tsm-ds prepare --dataset NAME --shards`` records
+    (:func:`tsm_ds.data.shards.shard_split`): its train / val / test keys, in their order."""
+    from tsm_ds.data.shards import SAMPLES_FILE, SHARD_SEP
+
+    if info is None:
+        raise ValueError(f"--dataset {dataset}: the shards {root} hold no dataset split (written without --dataset); "
+                         f"write them with tsm-ds prepare --dataset {dataset} SRC OUT --shards MB, or drop --dataset")
+    name = str(info.get("dataset"))
+    where = f"{root}/{SAMPLES_FILE}"
+    if dataset is not None and dataset != name:
+        raise ValueError(f"{where}: shards of {name}, not {dataset}")
+    if dataset_split is not None and int(dataset_split) != info.get("dataset_split"):
+        raise ValueError(f"{where}: shards of split {info.get('dataset_split')}, not {dataset_split}")
+    if classes is not None or frame_template is not None:
+        raise ValueError(f"{where}: the shards of {name} fix their classes and hold packs; drop --classes / "
+                         f"--frame-template")
+    by_key = {r.path.split(SHARD_SEP, 1)[1]: r for r in records}
+    sides = {}
+    for side in ("train", "val", "test"):
+        keys = [str(k) for k in info.get(side, [])]
+        absent = [k for k in keys if k not in by_key]
+        if absent:
+            raise ValueError(f"{where}: the {side} keys {absent[:3]} are not samples of the shards")
+        sides[side] = [by_key[k] for k in keys]
+    if not sides["train"]:
+        raise ValueError(f"{where}: no training samples in the {name} split")
+    missing = {s: list(v) for s, v in dict(info.get("missing") or {}).items() if v}
+    n = info.get("dataset_split")
+    desc = (f"{root}: {name}{f' split {n}' if n else ''} shards written by tsm-ds prepare --dataset "
+            f"({', '.join(f'{len(v)} {s}' for s, v in sides.items() if v)}; "
+            f"{sum(len(v) for v in missing.values())} listed videos missing or unreadable)")
+    return Split(sides["train"], sides["val"], list(names), "dataset", desc, data=root, dataset=name,
+                 dataset_split=n, flip=bool(info.get("flip", True)), test=sides["test"], missing=missing)
+
+
 def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os.PathLike | None = None,
                   val_list: str | os.PathLike | None = None, classes: str | os.PathLike | None = None,
-                  val_fraction: float = 0.2) -> Split:
+                  val_fraction: float = 0.2, dataset: str | None = None, dataset_split: int | None = None,
+                  frame_template: str | None = None) -> Split:
     """Train / validation records from data arguments (the kinds and their order: module docstring).
 
     Args:
@@ -131,6 +129,8 @@ def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os
             ``class_<i>``); for class folders: the label order (default: sorted folder names); for a
             manifest it must list the manifest's classes in sorted order.
         val_fraction: per-class hold-out of a plain class-folder tree, in [0, 1).
+        dataset, dataset_split, frame_template: a distributed dataset under ``data``
+            (:func:`tsm_ds.data.datasets.read_dataset`; ``classes`` is its label map, Kinetics only).
 
     Returns:
         :class:`Split`; record paths are absolute when ``data`` / the list files are given so.
@@ -140,19 +140,28 @@ def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os
         NotADirectoryError: ``data`` is a file.
         ValueError: nothing given, ``val_list`` without ``train_list``, a bad ``val_fraction``, a
             tree without class folders or videos (named), ``train/`` and ``val/`` with different
-            classes, a malformed list line.
+            classes, a malformed list line; ``dataset`` without ``data`` or with list files, the
+            dataset readers' errors (file and line).
     """
     from tsm_ds.data import records as rec
+    from tsm_ds.data import datasets
 
     if not 0.0 <= float(val_fraction) < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1); got {val_fraction}")
     if val_list is not None and train_list is None:
         raise ValueError(f"validation list {val_list} given without a training list")
+    if dataset is None and (dataset_split is not None or frame_template is not None):
+        raise ValueError("--dataset-split / --frame-template belong to --dataset NAME (ucf101, hmdb51 / "
+                         "somethingv1, jester)")
     from tsm_ds.data import shards
 
     if data is not None and train_list is None and shards.is_shard_source(data):
         root = str(data).rstrip("/") if str(data).startswith("s3://") else str(_abs(data))
         allr, names = shards.shard_records(root)
+        info = shards.shard_split(root)
+        if info is not None or dataset is not None:   # written by tsm-ds prepare --dataset NAME --shards
+            return _shard_dataset_split(root, allr, names, info, dataset=dataset, dataset_split=dataset_split,
+                                        frame_template=frame_template, classes=classes)
         if classes is not None:
             names = _class_names_file(_abs(classes))
         train, val = _holdout(allr, len(names), float(val_fraction))
@@ -161,6 +170,22 @@ def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os
         return Split(train, val, list(names), "shards",
                      f"{root}: shards, per-class hold-out of the last {val_fraction:.0%} by pack path",
                      data=root, classes=str(_abs(classes)) if classes else None, val_fraction=float(val_fraction))
+    if dataset is not None or (train_list is None and data is not None and datasets.is_prepared(data)):
+        if dataset is not None and data is None:
+            raise ValueError(f"--dataset {dataset}: give --data, the folder holding the dataset's annotation files "
+                             f"and videos (docs/datasets.md)")
+        if train_list is not None or val_list is not None:
+            raise ValueError(f"--dataset {dataset}: the split comes from the dataset's own annotation files; drop "
+                             f"--train-list / --val-list")
+        if dataset is None:   # a folder tsm-ds prepare --dataset wrote
+            if classes is not None:
+                raise ValueError(f"{data}: a prepared dataset folder fixes its classes in its classes.txt; drop "
+                                 f"--classes")
+            return datasets.read_prepared(data)
+        sp = datasets.read_dataset(dataset, data, split=dataset_split, frame_template=frame_template,
+                                   label_map=classes)
+        sp.classes = str(_abs(classes)) if classes is not None else None
+        return sp
     d, tl, vl, cl = _abs(data), _abs(train_list), _abs(val_list), _abs(classes)
     if d is None and tl is None:
         raise ValueError("no data given: a data folder (class folders, train/ + val/, or a manifest.csv "
@@ -229,6 +254,8 @@ def split_from_record(record: dict) -> Split:
     if not args["data"] and not args["train_list"]:
         raise ValueError("the run's config records no data folder or list file (it used default data); "
                          "give the data to evaluate")
+    for k in ("dataset", "dataset_split", "frame_template"):   # a --dataset run (older records have none)
+        args[k] = src.get(k, flags.get(k))
     split = resolve_split(val_fraction=float(src.get("val_fraction") or 0.2), **args)
     if rec.get("kind") and rec["kind"] != split.kind:
         raise ValueError(f"the run's data was split as {rec['kind']!r}; {split.data or split.train_list} now "

@@ -81,7 +81,8 @@ def find_run_config(checkpoint: str | os.PathLike) -> Path:
 
 
 def load_records(checkpoint: str | os.PathLike, *, data: str | None = None, list_file: str | None = None,
-                 root: str | None = None, split: str | None = None, val_fraction: float = 0.2
+                 root: str | None = None, split: str | None = None, val_fraction: float = 0.2,
+                 dataset: str | None = None, dataset_split: int | None = None, frame_template: str | None = None
                  ) -> tuple[list, list[str] | None, dict]:
     """The evaluation records, the dataset's class names (None for list files) and where they
     came from, from the ``tsm-ds eval`` options.
@@ -89,12 +90,16 @@ def load_records(checkpoint: str | os.PathLike, *, data: str | None = None, list
     - ``list_file`` (``--list FILE [--root DIR]``): a video list (``path label`` lines); ``split`` is refused.
     - ``data`` (``--data DIR``): resolved as training does (:func:`tsm_ds.data.splits.resolve_split`, with
       ``val_fraction``); ``split`` train|val|all picks the side; default: ``val`` when the data
-      carries its own split (manifest, ``train/`` + ``val/``), ``all`` for a plain class-folder tree.
+      carries its own split (manifest, ``train/`` + ``val/``, ``dataset``), ``all`` for a plain class-folder tree.
+      ``dataset`` / ``dataset_split`` / ``frame_template``: a distributed dataset under ``data``
+      (:func:`tsm_ds.data.datasets.read_dataset`).
     - neither: the run's ``config.json`` next to ``checkpoint`` (:func:`find_run_config`) is resolved
       again (:func:`tsm_ds.data.splits.split_from_record`); ``split`` default ``val``.
 
     Returns:
-        (records, class names or None, ``{"data", "split", "description"}``).
+        (records, class names or None, ``{"data", "split", "description", "missing"}``): ``missing``
+        names the listed videos of that side that are not on disk (a dataset's; else empty): they
+        are not in the records, so they are neither scored nor counted as unreadable.
 
     Raises:
         FileNotFoundError / NotADirectoryError: missing data, list or run config (named).
@@ -104,13 +109,16 @@ def load_records(checkpoint: str | os.PathLike, *, data: str | None = None, list
     from tsm_ds.data import splits
 
     side = split
+    if dataset and not data:
+        raise ValueError(f"--dataset {dataset}: give --data, the dataset's folder")
     if list_file:
         if side is not None:
             raise ValueError("--split applies to --data or a run's config.json, not to --list")
         records, names = rec.read_video_list(list_file, root=root), None
         info = {"data": str(list_file), "split": None, "description": f"list file {list_file}"}
     elif data:
-        sp = splits.resolve_split(data=data, val_fraction=val_fraction)
+        sp = splits.resolve_split(data=data, val_fraction=val_fraction, dataset=dataset, dataset_split=dataset_split,
+                                  frame_template=frame_template)
         side = side or ("all" if sp.kind in ("holdout", "shards") else "val")
         records, names = sp.side(side), sp.class_names
         info = {"data": str(data), "split": side,
@@ -122,6 +130,8 @@ def load_records(checkpoint: str | os.PathLike, *, data: str | None = None, list
         records, names = sp.side(side), sp.class_names
         info = {"data": str(cfg), "split": side, "run_split": sp.as_dict(),
                 "description": f"no data flag: {side} side of the run's data, read from {cfg}: {sp.description}"}
+    info["missing"] = [] if list_file else [m for s in (("train", "val") if side == "all" else (side,))
+                                            for m in sp.missing.get(s, [])]
     if not records:
         raise ValueError(f"no videos to evaluate in {info['description']}")
     return list(records), (list(names) if names is not None else None), info
@@ -134,7 +144,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
              img_size: int | None = None, average: str = "logits", batch_size: int = 1, workers: int = 0,
              max_clips: int | None = None, plot: bool = True, trust: bool = False,
              decode_device: str | None = None, log: Callable[[str], None] | None = None,
-             max_bad_fraction: float = 0.01) -> dict | None:
+             max_bad_fraction: float = 0.01, dataset: str | None = None, dataset_split: int | None = None,
+             frame_template: str | None = None) -> dict | None:
     """Evaluate a checkpoint on videos with a multi-view test protocol (``tsm-ds eval``; the options
     are the fields of the ``checkpoint``, ``views`` and ``eval`` sections of :mod:`tsm_ds.config.tree`).
 
@@ -142,7 +153,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
         checkpoint: any checkpoint :func:`load_for_inference` reads; out: results folder (rank 0).
         labels: label-map file overriding the checkpoint's class names.
         overrides: ``build_model`` options replacing the checkpoint's (:func:`checkpoint_overrides`).
-        data, list_file, root, split, val_fraction: the videos (:func:`load_records`).
+        data, list_file, root, split, val_fraction, dataset, dataset_split, frame_template: the videos
+            (:func:`load_records`).
         num_clips, num_crops, sampling, full_res, resize: the view protocol
             (:func:`tsm_ds.inference.views.view_protocol`); average: ``"logits"`` or ``"prob"``.
         img_size: crop side in px (None: the size the checkpoint was trained at, else 224).
@@ -158,7 +170,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
 
     Returns:
         the metrics dict on rank 0 (also written to ``out``; ``"data_lost"`` names the unreadable
-        videos left out), None on other ranks.
+        videos left out, ``meta["missing_videos"]`` the listed videos of the side that are not on
+        disk, never scored), None on other ranks.
 
     Raises:
         DataLossError: more unreadable videos than ``max_bad_fraction`` allows (nothing written).
@@ -185,7 +198,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
     num_segments = int(loaded.config.get("num_segments", overrides.get("num_segments") or 8))
     img_size = resolve_img_size(img_size, loaded)
     records, ds_names, data_info = load_records(checkpoint, data=data, list_file=list_file, root=root, split=split,
-                                                val_fraction=val_fraction)
+                                                val_fraction=val_fraction, dataset=dataset,
+                                                dataset_split=dataset_split, frame_template=frame_template)
     mapping = map_labels(ds_names, loaded.class_names)
     dataset = VideoClipDataset(records, num_segments=num_segments, img_size=img_size,
                                decode_device=decode_device, **protocol.dataset_kwargs())
@@ -198,6 +212,11 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
             log(f"note: {note}")
         log(f"checkpoint: {loaded.path} ({loaded.source})")
         log(f"data: {data_info['description']}")
+        if data_info["missing"]:
+            miss = data_info["missing"]
+            log(f"data: {len(miss)} listed {data_info['split']} videos are not on disk and are not scored: "
+                f"{', '.join(miss[:10])}{' ...' if len(miss) > 10 else ''} (metrics.json meta.missing_videos "
+                f"names all)")
         log(f"eval: {len(records)} videos, {protocol.describe()}, T={num_segments}, "
             f"{img_size}px, average={average}, world size {world}")
     forward = MultiViewForward(protocol.num_views, average, max_clips=max_clips)
@@ -216,7 +235,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
                 "num_clips": protocol.num_clips, "num_crops": protocol.num_crops,
                 "sampling": protocol.sampling, "num_segments": num_segments, "img_size": img_size,
                 "world_size": world, "data": data_info["data"], "split": data_info["split"],
-                "data_description": data_info["description"]}
+                "data_description": data_info["description"], "missing_videos": list(data_info["missing"])}
         metrics = write_eval_results(out, scores=scores.numpy(), labels=labels_np,
                                      class_names=loaded.class_names,
                                      paths=[str(records[i].path) for i in indices.tolist()],
