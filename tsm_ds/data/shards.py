@@ -23,8 +23,10 @@ server) holds litdata's ``chunk-*.bin`` + ``index.json`` and our ``samples.json`
      "samples": [[key, label, first, frames, width, height], ...], "split": {...}}
 
 ``split`` (optional, written by ``tsm-ds prepare --dataset NAME --shards``): the dataset's own split,
-``{"dataset", "dataset_split", "flip", "val": [keys], "test": [keys], "missing": {side: [ids]}}``
-(:func:`shard_split`; the other keys are training samples). ``key``: the pack's path relative to the prepare output; ``first``: the litdata sample index of the
+``{"dataset", "dataset_split", "flip", "train" / "val" / "test": [keys], "missing": {side: [ids]}}``
+(:func:`shard_split`).
+
+``key``: the pack's path relative to the prepare output; ``first``: the litdata sample index of the
 video's frame 0; ``frames``, ``width``, ``height``: the pack's header. One litdata sample is ONE
 JPEG frame, ``{"v": video number, "f": frame number, "jpeg": bytes}`` (the pack's frame bytes,
 unchanged): an item reads only the frames it keeps (8 for a T=8 train clip), never the whole video,

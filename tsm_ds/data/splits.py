@@ -77,6 +77,49 @@ def _holdout(records: list[VideoRecord], num_classes: int, val_fraction: float
     return train, val
 
 
+def _shards_split(data, *, classes, val_fraction: float, dataset: str | None, dataset_split: int | None,
+                  frame_template: str | None) -> Split:
+    """Kind ``"shards"`` (per-class hold-out), or ``"dataset"`` when the shards record a dataset's split."""
+    from tsm_ds.data import shards
+
+    root = str(data).rstrip("/") if str(data).startswith("s3://") else str(_abs(data))
+    allr, names = shards.shard_records(root)
+    info = shards.shard_split(root)
+    if info is not None or dataset is not None:   # written by tsm-ds prepare --dataset NAME --shards
+        return _shard_dataset_split(root, allr, names, info, dataset=dataset, dataset_split=dataset_split,
+                                    frame_template=frame_template, classes=classes)
+    if classes is not None:
+        names = _class_names_file(_abs(classes))
+    train, val = _holdout(allr, len(names), val_fraction)
+    if not train:
+        raise ValueError(f"{root}: no training samples in the shards")
+    return Split(train, val, list(names), "shards",
+                 f"{root}: shards, per-class hold-out of the last {val_fraction:.0%} by pack path",
+                 data=root, classes=str(_abs(classes)) if classes else None, val_fraction=val_fraction)
+
+
+def _dataset_split(data, *, train_list, val_list, classes, dataset: str | None, dataset_split: int | None,
+                   frame_template: str | None) -> Split:
+    """Kind ``"dataset"``: ``dataset``'s own annotation files under ``data``, or a folder ``tsm-ds prepare
+    --dataset`` wrote (:mod:`tsm_ds.data.datasets`)."""
+    from tsm_ds.data import datasets
+
+    if dataset is not None and data is None:
+        raise ValueError(f"--dataset {dataset}: give --data, the folder holding the dataset's annotation files "
+                         f"and videos (docs/datasets.md)")
+    if train_list is not None or val_list is not None:
+        raise ValueError(f"--dataset {dataset}: the split comes from the dataset's own annotation files; drop "
+                         f"--train-list / --val-list")
+    if dataset is None:   # a folder tsm-ds prepare --dataset wrote
+        if classes is not None:
+            raise ValueError(f"{data}: a prepared dataset folder fixes its classes in its classes.txt; drop "
+                             f"--classes")
+        return datasets.read_prepared(data)
+    sp = datasets.read_dataset(dataset, data, split=dataset_split, frame_template=frame_template, label_map=classes)
+    sp.classes = str(_abs(classes)) if classes is not None else None
+    return sp
+
+
 def _shard_dataset_split(root: str, records: list[VideoRecord], names: list[str], info: dict | None, *,
                          dataset: str | None, dataset_split: int | None, frame_template: str | None,
                          classes) -> Split:
@@ -143,8 +186,8 @@ def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os
             classes, a malformed list line; ``dataset`` without ``data`` or with list files, the
             dataset readers' errors (file and line).
     """
-    from tsm_ds.data import records as rec
     from tsm_ds.data import datasets
+    from tsm_ds.data import records as rec
 
     if not 0.0 <= float(val_fraction) < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1); got {val_fraction}")
@@ -156,36 +199,11 @@ def resolve_split(*, data: str | os.PathLike | None = None, train_list: str | os
     from tsm_ds.data import shards
 
     if data is not None and train_list is None and shards.is_shard_source(data):
-        root = str(data).rstrip("/") if str(data).startswith("s3://") else str(_abs(data))
-        allr, names = shards.shard_records(root)
-        info = shards.shard_split(root)
-        if info is not None or dataset is not None:   # written by tsm-ds prepare --dataset NAME --shards
-            return _shard_dataset_split(root, allr, names, info, dataset=dataset, dataset_split=dataset_split,
-                                        frame_template=frame_template, classes=classes)
-        if classes is not None:
-            names = _class_names_file(_abs(classes))
-        train, val = _holdout(allr, len(names), float(val_fraction))
-        if not train:
-            raise ValueError(f"{root}: no training samples in the shards")
-        return Split(train, val, list(names), "shards",
-                     f"{root}: shards, per-class hold-out of the last {val_fraction:.0%} by pack path",
-                     data=root, classes=str(_abs(classes)) if classes else None, val_fraction=float(val_fraction))
+        return _shards_split(data, classes=classes, val_fraction=float(val_fraction), dataset=dataset,
+                             dataset_split=dataset_split, frame_template=frame_template)
     if dataset is not None or (train_list is None and data is not None and datasets.is_prepared(data)):
-        if dataset is not None and data is None:
-            raise ValueError(f"--dataset {dataset}: give --data, the folder holding the dataset's annotation files "
-                             f"and videos (docs/datasets.md)")
-        if train_list is not None or val_list is not None:
-            raise ValueError(f"--dataset {dataset}: the split comes from the dataset's own annotation files; drop "
-                             f"--train-list / --val-list")
-        if dataset is None:   # a folder tsm-ds prepare --dataset wrote
-            if classes is not None:
-                raise ValueError(f"{data}: a prepared dataset folder fixes its classes in its classes.txt; drop "
-                                 f"--classes")
-            return datasets.read_prepared(data)
-        sp = datasets.read_dataset(dataset, data, split=dataset_split, frame_template=frame_template,
-                                   label_map=classes)
-        sp.classes = str(_abs(classes)) if classes is not None else None
-        return sp
+        return _dataset_split(data, train_list=train_list, val_list=val_list, classes=classes, dataset=dataset,
+                              dataset_split=dataset_split, frame_template=frame_template)
     d, tl, vl, cl = _abs(data), _abs(train_list), _abs(val_list), _abs(classes)
     if d is None and tl is None:
         raise ValueError("no data given: a data folder (class folders, train/ + val/, or a manifest.csv "

@@ -97,6 +97,27 @@ DATASETS: dict[str, DatasetSpec] = {s.name: s for s in (
 DATASET_NAMES = tuple(DATASETS)
 
 
+def _check_options(name: str, root: str | os.PathLike, *, split, frame_template, label_map) -> Path:
+    """``root`` made absolute, after the checks of :func:`read_dataset`'s options (its Raises)."""
+    if name not in DATASETS:
+        raise ValueError(f"--dataset {name!r}: not one of {', '.join(DATASET_NAMES)}")
+    spec = DATASETS[name]
+    root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
+    if not root.exists():
+        raise FileNotFoundError(f"--dataset {name}: the data folder {root} does not exist")
+    if not root.is_dir():
+        raise NotADirectoryError(f"--dataset {name}: {root} is not a folder")
+    if split is not None and not spec.splits:
+        raise ValueError(f"--dataset-split {split}: {spec.title} has one split (numbered splits: ucf101, hmdb51)")
+    if frame_template is not None and spec.frame_template is None:
+        raise ValueError(f"--frame-template: {spec.title} is read from videos, not frame folders (frame folders: "
+                         f"somethingv1, jester)")
+    if label_map is not None and not name.startswith("kinetics"):
+        raise ValueError(f"--classes: {spec.title} fixes its classes in its own annotation files (a label map is "
+                         f"for kinetics400/600/700)")
+    return root
+
+
 def read_dataset(name: str, root: str | os.PathLike, *, split: int | None = None, frame_template: str | None = None,
                  label_map: str | os.PathLike | None = None) -> Split:
     """The :class:`~tsm_ds.data.records.Split` of dataset ``name`` under ``root``: its release's
@@ -126,22 +147,7 @@ def read_dataset(name: str, root: str | os.PathLike, *, split: int | None = None
     """
     from . import kinetics, something, ucf_hmdb
 
-    if name not in DATASETS:
-        raise ValueError(f"--dataset {name!r}: not one of {', '.join(DATASET_NAMES)}")
-    spec = DATASETS[name]
-    root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
-    if not root.exists():
-        raise FileNotFoundError(f"--dataset {name}: the data folder {root} does not exist")
-    if not root.is_dir():
-        raise NotADirectoryError(f"--dataset {name}: {root} is not a folder")
-    if split is not None and not spec.splits:
-        raise ValueError(f"--dataset-split {split}: {spec.title} has one split (numbered splits: ucf101, hmdb51)")
-    if frame_template is not None and spec.frame_template is None:
-        raise ValueError(f"--frame-template: {spec.title} is read from videos, not frame folders (frame folders: "
-                         f"somethingv1, jester)")
-    if label_map is not None and not name.startswith("kinetics"):
-        raise ValueError(f"--classes: {spec.title} fixes its classes in its own annotation files (a label map is "
-                         f"for kinetics400/600/700)")
+    root = _check_options(name, root, split=split, frame_template=frame_template, label_map=label_map)
     if is_prepared(root):
         if label_map is not None:
             raise ValueError(f"--classes: the prepared folder {root} fixes its classes in its classes.txt; drop "
