@@ -51,7 +51,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness_conf import slurm_conf, ssh_config, sshd_config   # this script's folder
+from harness_conf import slurm_conf, ssh_config, sshd_config  # this script's folder
 
 NODES = {"node-a": "127.0.0.2", "node-b": "127.0.0.3"}
 DOWN_HOST = ("node-down", "127.0.0.4")

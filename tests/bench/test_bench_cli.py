@@ -3,8 +3,6 @@ only here: fast), plots and the report helpers (tsm_ds.utils.io)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest

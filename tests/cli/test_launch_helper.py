@@ -128,8 +128,8 @@ def test_ranks_per_node(env, cpu_ranks, gpus, want):
 
 
 def test_default_recipe_is_one_function_for_training_the_doctor_and_the_scripts(monkeypatch):
-    from tsm_ds.doctor import DoctorSettings
     from tsm_ds.cli.train import default_recipe
+    from tsm_ds.doctor import DoctorSettings
 
     assert node.default_recipe("cpu") == "cpu_fp32" and node.default_recipe("cuda") == "gpu_fp16"
     for acc, want in (("cpu", "cpu_fp32"), ("cuda", "gpu_fp16")):

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from test_train_launcher import _launch, _result   # noqa: E402  (tests/cli on sys.path)
+from test_train_launcher import _launch, _result  # noqa: E402  (tests/cli on sys.path)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from test_train_launcher import _launch, _result   # noqa: E402  (tests/cli on sys.path)
+from test_train_launcher import _launch, _result  # noqa: E402  (tests/cli on sys.path)
 
 REPO = Path(__file__).resolve().parents[2]
 

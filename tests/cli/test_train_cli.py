@@ -3,11 +3,10 @@ weights, checkpoint manager safety."""
 from __future__ import annotations
 
 import json
-import zlib
 import os
-from pathlib import Path
-
 import re
+import zlib
+from pathlib import Path
 
 import pytest
 import torch

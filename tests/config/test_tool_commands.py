@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds.config import Config, field_infos, parse, to_argv
-from tsm_ds.config import tools
+from tsm_ds.config import Config, field_infos, parse, to_argv, tools
 from tsm_ds.config.commands import TRAIN
 from tsm_ds.config.env import VARIABLES
 
@@ -67,9 +66,9 @@ def test_shared_options_are_the_training_fields():
 
 def test_defaults_written_in_the_bottom_layer_equal_the_library():
     from tsm_ds.bench import comm, data, runner
+    from tsm_ds.bench.scaling.presets import CLUSTERS, PAPER
     from tsm_ds.experiments.demo import DEFAULT_RECIPE
     from tsm_ds.experiments.large_batch.grid import QUICK, RECIPES, StudySettings
-    from tsm_ds.bench.scaling.presets import CLUSTERS, PAPER
 
     assert tools.BENCH_DATA_LOADERS == data.LOADERS and tools.COMM_METHODS == comm.METHODS
     assert tools.BenchCommConfig().numel == comm.TSM_R50_NUMEL
@@ -167,9 +166,9 @@ def test_bench_comm_worker_argv_round_trips():
 
 
 def test_large_batch_runs_are_training_command_lines(tmp_path):
+    from tsm_ds.engine.guard import EXIT_DIVERGED
     from tsm_ds.experiments.large_batch.grid import QUICK, RunSpec
     from tsm_ds.experiments.large_batch.runs import TRAIN_MODULE, train_command
-    from tsm_ds.engine.guard import EXIT_DIVERGED
 
     assert EXIT_DIVERGED == 3
     spec = RunSpec("lars_b8_s1", str(tmp_path / "lars.json"), 8, 1, ("lars",), 0.5)
@@ -217,8 +216,9 @@ def test_to_argv_round_trips_every_tool_command():
             if info.meta.get("choices"):
                 values[path] = info.meta["choices"][-1]
                 continue
-            from tsm_ds.config.env import unwrap_optional as _unwrap
             import typing
+
+            from tsm_ds.config.env import unwrap_optional as _unwrap
 
             tp, _ = _unwrap(info.type)
             if tp is bool:

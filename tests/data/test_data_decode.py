@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tsm_ds.data import video as D
-from tsm_ds.data.video import index as video_index
 from tsm_ds.data.testvideo import number_frame, read_number, write_numbered_video
+from tsm_ds.data.video import index as video_index
 
 N = 120
 RNG = np.random.default_rng(1234)

@@ -5,7 +5,6 @@ import json
 import warnings
 
 import numpy as np
-import pytest
 
 from tsm_ds.cli import check_videos as check_cli
 from tsm_ds.cli import prepare as prepare_cli

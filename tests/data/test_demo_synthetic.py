@@ -9,7 +9,6 @@ import av
 import numpy as np
 import pytest
 
-from tsm_ds.data import synthetic
 from tsm_ds.data.synthetic import CLASS_PAIRS, make_demo_dataset, render_clip, sample_clip
 
 SMALL = dict(train_per_class=3, val_per_class=2, num_frames=8, size=48, speed=(1.0, 2.0),

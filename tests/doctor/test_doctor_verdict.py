@@ -7,11 +7,10 @@ import re
 
 import pytest
 
-from tsm_ds.doctor import SECTIONS, Context, DoctorSettings, Section, section_result
+from tsm_ds.doctor import SECTIONS, Context, DoctorSettings, Section, section_result, verdict
 from tsm_ds.doctor import comm as dcomm
 from tsm_ds.doctor import compute as dcompute
 from tsm_ds.doctor import data as ddata
-from tsm_ds.doctor import verdict
 from tsm_ds.doctor.core import run_sections
 from tsm_ds.doctor.doctor_report import build_report, write_report
 from tsm_ds.engine.recipes import load_config

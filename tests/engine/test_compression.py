@@ -22,8 +22,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tsm_ds.engine import compression as C
-from tsm_ds.engine.compression import (ChunkLayout, OneBitCompressor, build_compressor,
-                                       decode_scaled_sign, pack_signs, scaled_sign, unpack_signs)
+from tsm_ds.engine.compression import (
+    ChunkLayout,
+    OneBitCompressor,
+    build_compressor,
+    decode_scaled_sign,
+    pack_signs,
+    scaled_sign,
+    unpack_signs,
+)
 
 TOL = 1e-10
 

@@ -90,10 +90,11 @@ def tiny_groups(m, weight_decay):
 
 # ---------------------------------------------------------------- worker side
 def _run_scenario(sc: dict) -> None:
+    import torch.distributed as dist
+
     from tsm_ds.engine.evaluate import gather_predictions
     from tsm_ds.engine.recipes import load_config
     from tsm_ds.engine.trainer import Trainer, TrainSettings
-    import torch.distributed as dist
     out = Path(sc["out"])
     if sc["kind"] == "eval":
         from torch.utils.data import DataLoader, DistributedSampler

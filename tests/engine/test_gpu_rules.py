@@ -217,12 +217,13 @@ def test_shift_off_the_cpu_is_a_constant_number_of_kernels(t):
 def test_nvjpeg_batch_failure_warns_once_counts_and_syncs_before_freeing(monkeypatch):
     """The CUDA decode path, its device calls replaced: a refused batch is decoded frame by frame,
     warned once and counted; the stream is synchronised before the decoded frames are freed."""
+    import io
+
+    from PIL import Image
+
     import tsm_ds.data.packed_batch as pb
     import tsm_ds.data.video.packed as packed
     from tsm_ds.data.transforms import ClipTransform
-
-    from PIL import Image
-    import io
 
     def jpeg(v):
         buf = io.BytesIO()

@@ -9,14 +9,30 @@ from pathlib import Path
 
 import pytest
 
+from tsm_ds.data.synthetic import DIFFICULTIES
 from tsm_ds.engine.config import resolve_config
 from tsm_ds.engine.recipes import load_config
-from tsm_ds.data.synthetic import DIFFICULTIES
-from tsm_ds.experiments.large_batch import (QUICK, RECIPES, StudySettings, aggregate, choose_lr, plan_grid,
-                                            plan_sweep, read_run, verdicts, warmup_steps_for)
+from tsm_ds.experiments.large_batch import (
+    QUICK,
+    RECIPES,
+    StudySettings,
+    aggregate,
+    choose_lr,
+    plan_grid,
+    plan_sweep,
+    read_run,
+    verdicts,
+    warmup_steps_for,
+)
 from tsm_ds.experiments.large_batch.grid import estimate_seconds, plan_headroom
-from tsm_ds.experiments.large_batch.study_report import (calibration, projection, readme_table, runs_table,
-                                                         target_top1, time_to_accuracy)
+from tsm_ds.experiments.large_batch.study_report import (
+    calibration,
+    projection,
+    readme_table,
+    runs_table,
+    target_top1,
+    time_to_accuracy,
+)
 
 
 def test_full_study_sizes_follow_the_issue():

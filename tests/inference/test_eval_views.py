@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tsm_ds.inference import eval_report
-from tsm_ds.inference import views
+from tsm_ds.inference import eval_report, views
 
 
 class KnownModel(torch.nn.Module):

@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 import torch
 
 from tsm_ds.cli import predict as predict_cli
-from tsm_ds.inference import predict
 from tsm_ds.data import video
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import VideoRecord
 from tsm_ds.data.transforms import normalize_batch
 from tsm_ds.engine.checkpoint import save_weights_export
+from tsm_ds.inference import predict
 from tsm_ds.models import build_model
 
 T, SIZE = 4, 64

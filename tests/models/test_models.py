@@ -3,9 +3,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tsm_ds.models import (ShiftConv2d, TemporalPool, TemporalShift, build_model, complexity,
-                           parameter_groups)
-
+from tsm_ds.models import ShiftConv2d, TemporalPool, TemporalShift, build_model, complexity, parameter_groups
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

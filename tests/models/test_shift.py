@@ -2,10 +2,9 @@
 import pytest
 import torch
 
-from tsm_ds.models import set_fused_shift, temporal_pool, temporal_shift, temporal_shift_official
 import tsm_ds.models.shift as shift_mod
+from tsm_ds.models import set_fused_shift, temporal_pool, temporal_shift, temporal_shift_official
 from tsm_ds.models.shift import ShiftConv2d, _moves, _ShiftConv2dFn
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,8 +16,14 @@ import torch
 
 from tsm_ds.engine.model_prep import clip_to_channels_last, is_channels_last, prepare_model
 from tsm_ds.models import build_model
-from tsm_ds.models.shift import (_PER_FRAME_MIN_ELEMENTS, ShiftConv2d, _moves, _shift_inplace, set_fused_shift,
-                                 temporal_shift)
+from tsm_ds.models.shift import (
+    _PER_FRAME_MIN_ELEMENTS,
+    ShiftConv2d,
+    _moves,
+    _shift_inplace,
+    set_fused_shift,
+    temporal_shift,
+)
 
 CL = torch.channels_last
 

@@ -10,7 +10,6 @@ import torchvision
 from tsm_ds.models import build_model, load_official_checkpoint, parse_official_name
 from tsm_ds.models.weights import CheckpointError
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

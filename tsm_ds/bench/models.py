@@ -238,8 +238,7 @@ def shift_op(batch: int, frames: int, img: int, reps: int, log: Log = _LOG.info)
     shift + restore, and the copy of the whole tensor (measures memory bandwidth). Each row has
     the bytes that must move and the bound = bytes / measured bandwidth.
     """
-    from tsm_ds.models.shift import (_moves, _shift_inplace, _unshift_inplace, temporal_shift,
-                                     temporal_shift_official)
+    from tsm_ds.models.shift import _moves, _shift_inplace, _unshift_inplace, temporal_shift, temporal_shift_official
 
     c, hw = 256, img // 4
     x = torch.randn(batch * frames, c, hw, hw)

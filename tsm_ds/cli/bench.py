@@ -21,7 +21,8 @@ import re
 import sys
 from typing import Sequence
 
-from tsm_ds.bench.runner import BenchJob, run_all as run_benches
+from tsm_ds.bench.runner import BenchJob
+from tsm_ds.bench.runner import run_all as run_benches
 from tsm_ds.config import Command, Config, parse
 from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.config.tools import BENCH_ALL

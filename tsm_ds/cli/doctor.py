@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 def doctor_settings(cfg: Config) -> "DoctorSettings":
     """The :class:`tsm_ds.doctor.DoctorSettings` of a parsed command line (the cluster
     section's options in its ``extra``: :func:`tsm_ds.cli._doctor_cluster.apply_cluster_options`)."""
-    from tsm_ds.doctor import DoctorSettings
     from tsm_ds.cli._doctor_cluster import apply_cluster_options
+    from tsm_ds.doctor import DoctorSettings
 
     d, m = cfg.doctor, cfg.model
     settings = DoctorSettings(

@@ -14,7 +14,6 @@ from tsm_ds.config.commands import EXPORT
 from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.inference.export import export_model
 
-
 #: the fields this command uses
 COMMAND = EXPORT
 

@@ -9,7 +9,6 @@ from tsm_ds.config import Config, parse
 from tsm_ds.config.commands import MODELS
 from tsm_ds.config.fields import build_parser as build_parser_for
 
-
 #: the fields this command uses
 COMMAND = MODELS
 

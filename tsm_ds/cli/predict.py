@@ -15,7 +15,6 @@ from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.inference.predict import UnreadableVideo, predict_clip, predict_online, topk
 from tsm_ds.utils.io import atomic_write_text
 
-
 #: the fields this command uses
 COMMAND = PREDICT
 

@@ -45,9 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     """
     cfg, given = parse(COMMAND, Config, argv)
     p = cfg.prepare
-    from tsm_ds.data.prepare_parts import (PARTS_DIR, PartsError, merge_parts, part_report_path, prepare_part,
-                                          resolve_part)
     from tsm_ds.data.prepare import prepare_dataset
+    from tsm_ds.data.prepare_parts import (
+        PARTS_DIR,
+        PartsError,
+        merge_parts,
+        part_report_path,
+        prepare_part,
+        resolve_part,
+    )
     from tsm_ds.data.records import read_class_folders, read_video_list
 
     if not 1 <= p.quality <= 95:

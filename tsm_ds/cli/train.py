@@ -27,8 +27,15 @@ from pathlib import Path
 from tsm_ds.config import Config, parse
 from tsm_ds.config.commands import TRAIN
 from tsm_ds.config.fields import build_parser as build_parser_for
-from tsm_ds.utils.exits import (EXIT_CONFIG, EXIT_DATA_LOSS, EXIT_DIVERGED, EXIT_OK, EXIT_PREEMPTED, EXIT_RENDEZVOUS,
-                                EXIT_SAVE_FAILED)
+from tsm_ds.utils.exits import (
+    EXIT_CONFIG,
+    EXIT_DATA_LOSS,
+    EXIT_DIVERGED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_RENDEZVOUS,
+    EXIT_SAVE_FAILED,
+)
 
 #: the fields ``tsm_ds.train`` uses: every section of a training run (:data:`tsm_ds.config.commands.TRAIN`)
 COMMAND = TRAIN
@@ -237,14 +244,15 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         return EXIT_CONFIG
 
     import torch
+
+    from tsm_ds.data.bad_videos import DataLossError, describe_loss
     from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
     from tsm_ds.engine.guard import DivergenceError, GuardSettings
+    from tsm_ds.engine.recipes import ConfigError, load_config, resolve_recipe
     from tsm_ds.engine.safe_load import UntrustedCheckpointError
     from tsm_ds.engine.settings import run_summary
     from tsm_ds.engine.trainer import Trainer, TrainSettings
-    from tsm_ds.data.bad_videos import DataLossError, describe_loss
     from tsm_ds.models.groups import head_mults_on
-    from tsm_ds.engine.recipes import ConfigError, load_config, resolve_recipe
     try:
         cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or default_recipe()))
         log.info("engine JSON: %s%s", cfg_path,

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tsm_ds.config.env import env_value, unwrap_optional
 

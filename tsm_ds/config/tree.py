@@ -21,9 +21,19 @@ from dataclasses import dataclass, field
 
 from tsm_ds.config.cadence import check_eval_every
 from tsm_ds.config.fields import opt
-from tsm_ds.config.tools import (BenchAllConfig, BenchCommConfig, BenchDataConfig, BenchLargeBatchConfig,
-                                 BenchModelsConfig, BenchScaleConfig, CheckVideosConfig, ClusterCheckConfig,
-                                 DemoConfig, DoctorConfig, PrepareConfig)
+from tsm_ds.config.tools import (
+    BenchAllConfig,
+    BenchCommConfig,
+    BenchDataConfig,
+    BenchLargeBatchConfig,
+    BenchModelsConfig,
+    BenchScaleConfig,
+    CheckVideosConfig,
+    ClusterCheckConfig,
+    DemoConfig,
+    DoctorConfig,
+    PrepareConfig,
+)
 
 __all__ = ["Config", "DataConfig", "ModelConfig", "EngineConfig", "ScheduleConfig", "GuardConfig",
            "DistributedConfig", "OutputConfig", "LoggingConfig", "DebugConfig", "CheckpointConfig",

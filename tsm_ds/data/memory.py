@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 
 __all__ = ["release_freed_heap", "trim_enabled", "set_malloc_trim"]
 

@@ -31,8 +31,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tsm_ds.doctor import cluster, comm, compute, data, environment, onebit, recipes, verdict
-from tsm_ds.doctor.core import (STATUSES, Context, DoctorSettings, Progress, Section, cores_available,
-                                run_sections, section_result)
+from tsm_ds.doctor.core import (
+    STATUSES,
+    Context,
+    DoctorSettings,
+    Progress,
+    Section,
+    cores_available,
+    run_sections,
+    section_result,
+)
 from tsm_ds.doctor.doctor_report import SCHEMA, build_report, write_report
 from tsm_ds.utils.node import threads_per_rank
 

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tsm_ds.doctor.core import Context, section_result
+
 # the hostfile and ssh's advice are the launch scripts' too (python -m tsm_ds.cli.launch_helper)
 from tsm_ds.utils.hosts import classify_ssh_error, last_lines, read_hostfile, ssh_argv
 

@@ -250,9 +250,9 @@ def _reencode(ctx: Context, records: list, make_ds) -> dict[str, Any]:
 def run(ctx: Context, results: dict) -> dict:
     """The ``data`` section (see the module docstring)."""
     from tsm_ds.bench.data_formats import GPU_TRAIN_CLIPS_PER_S
-    from tsm_ds.doctor.compute import TrainStep, micro_batch, recipe_precision
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.splits import default_data, resolve_split
+    from tsm_ds.doctor.compute import TrainStep, micro_batch, recipe_precision
     from tsm_ds.engine.recipes import load_config
 
     s = ctx.settings

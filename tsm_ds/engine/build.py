@@ -18,23 +18,23 @@ import torch
 import torch.distributed as dist
 
 from tsm_ds.data.bad_videos import BadVideoTracker
-from tsm_ds.engine.loaders import default_num_workers
-from tsm_ds.engine.rendezvous import collective_timeout_s, dist_timeout_s
-from tsm_ds.utils.node import usable_cores
 from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
-from tsm_ds.engine import config as cfgmod   # called through the module: tests count the resolutions
+from tsm_ds.engine import config as cfgmod  # called through the module: tests count the resolutions
 from tsm_ds.engine import reshard
+from tsm_ds.engine.cadence import ValSubset, val_subset
 from tsm_ds.engine.checkpoint import CheckpointManager
 from tsm_ds.engine.config_checks import validate_config
 from tsm_ds.engine.dist import device as current_device
 from tsm_ds.engine.dist import hosts, init_distributed
-from tsm_ds.engine.cadence import ValSubset, val_subset
 from tsm_ds.engine.guard import DivergenceGuard, EngineGuard, lr_warmup_steps
+from tsm_ds.engine.loaders import default_num_workers
 from tsm_ds.engine.model_prep import compile_engine, has_batchnorm, prepare_model
 from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
 from tsm_ds.engine.recipes import AUTO, optimizer_kind
+from tsm_ds.engine.rendezvous import collective_timeout_s, dist_timeout_s
 from tsm_ds.engine.settings import TrainSettings, build_loaders, save_config_record
 from tsm_ds.engine.state import Layout
+from tsm_ds.utils.node import usable_cores
 
 __all__ = ["EngineParts", "build_engine", "make_reduce"]
 

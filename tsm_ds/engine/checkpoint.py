@@ -46,12 +46,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tsm_ds.engine.checkpoint_reader import COMPLETE, CheckpointContents, read_checkpoint  # noqa: F401 (re-exported)
-from tsm_ds.engine.checkpoint_reader import wrapper_mismatch_cause
+from tsm_ds.engine.checkpoint_reader import COMPLETE, CheckpointContents, read_checkpoint, wrapper_mismatch_cause  # noqa: F401 (re-exported)
 from tsm_ds.engine.safe_load import check_files, load_file, weights_only_loading
 from tsm_ds.models.official import NotOfficialNameError
 from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
-
 
 
 class CheckpointResumeError(RuntimeError):

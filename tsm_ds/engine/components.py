@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from tsm_ds.engine.cadence import EvalCadence
-from tsm_ds.engine.hooks import Hooks, NanInjection, SignalSelf, StepCallback, TrainHook
+from tsm_ds.engine.hooks import Hooks, NanInjection, StepCallback, TrainHook
 from tsm_ds.engine.monitor import Monitor
 from tsm_ds.engine.preempt import StopSignal
 from tsm_ds.engine.settings import TrainSettings

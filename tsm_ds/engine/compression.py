@@ -93,8 +93,16 @@ import torch
 import torch.distributed as dist
 
 # re-exported (the public names are in __all__; _pack_bits_torch for tests/engine/test_compression.py)
-from tsm_ds.engine.onebit import (ChunkLayout, _pack_bits_torch, chunk_scales,  # noqa: F401
-                                  decode_scaled_sign, pack_signs, quantise_, scaled_sign, unpack_signs)
+from tsm_ds.engine.onebit import (  # noqa: F401
+    ChunkLayout,
+    _pack_bits_torch,
+    chunk_scales,
+    decode_scaled_sign,
+    pack_signs,
+    quantise_,
+    scaled_sign,
+    unpack_signs,
+)
 
 __all__ = [
     "parse_compression_block", "build_compressor", "pack_signs", "unpack_signs",

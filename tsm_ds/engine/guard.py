@@ -45,7 +45,7 @@ import torch
 
 # EXIT_DIVERGED (3): the exit status of ``tsm_ds.train`` when the guard stopped the run (the run's
 # ``result.json`` says ``diverged``; ``tsm-ds bench large-batch`` reports it as a result)
-from tsm_ds.utils.exits import EXIT_DIVERGED
+from tsm_ds.utils.exits import EXIT_DIVERGED  # noqa: F401  (re-exported for the large-batch runner)
 
 
 class DivergenceError(RuntimeError):

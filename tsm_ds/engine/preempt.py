@@ -16,6 +16,7 @@ from __future__ import annotations
 import signal
 
 from tsm_ds.engine.hooks import TrainHook
+
 # EXIT_PREEMPTED (75): the exit status of a run stopped by the signal after saving (sysexits'
 # EX_TEMPFAIL: "try again")
 from tsm_ds.utils.exits import EXIT_PREEMPTED

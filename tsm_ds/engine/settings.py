@@ -284,9 +284,8 @@ def stopped_record(err: Exception, checkpoint_dir) -> tuple[str, dict]:
     :class:`~tsm_ds.engine.guard.DivergenceError`: step, reason, loss, gradient norm, lrs, last good
     checkpoint, report), ``save_failed`` (a CheckpointSaveError: the error) or ``preempted`` (a
     :class:`~tsm_ds.engine.preempt.Preempted`: step, checkpoint under ``checkpoint_dir``, signal)."""
-    from tsm_ds.engine.preempt import Preempted
-
     from tsm_ds.data.bad_videos import DataLossError
+    from tsm_ds.engine.preempt import Preempted
 
     if isinstance(err, DataLossError):
         return "data_loss", {"step": err.step, "split": err.split, "max_bad_fraction": err.max_fraction,

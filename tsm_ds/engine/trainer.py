@@ -28,8 +28,15 @@ from tsm_ds.engine.guard import DivergenceError, decide_rollback
 from tsm_ds.engine.hooks import Hooks
 from tsm_ds.engine.position import load_position, resume_position, save_position
 from tsm_ds.engine.preempt import Preempted
-from tsm_ds.engine.settings import (ResumableDistributedSampler, StepStats, TrainSettings, run_summary,
-                                    step_metrics, stopped_record, write_run_result)
+from tsm_ds.engine.settings import (
+    ResumableDistributedSampler,
+    StepStats,
+    TrainSettings,
+    run_summary,
+    step_metrics,
+    stopped_record,
+    write_run_result,
+)
 from tsm_ds.engine.state import RunState
 from tsm_ds.models.groups import parameter_groups
 

@@ -76,6 +76,7 @@ import time
 from pathlib import Path
 
 from tsm_ds.engine.hooks import TrainHook
+
 # EXIT_HUNG (6): the exit status of a rank stopped by the watchdog (the one table: tsm_ds.utils.exits)
 from tsm_ds.utils.exits import EXIT_HUNG
 

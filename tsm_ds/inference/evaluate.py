@@ -11,12 +11,12 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from tsm_ds.engine.dist import init_distributed
-from tsm_ds.inference.loading import checkpoint_overrides, load_for_inference, resolve_img_size
+from tsm_ds.inference.loading import load_for_inference, resolve_img_size
 
 
 def _norm(name: str) -> str:
@@ -179,12 +179,11 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
         :func:`load_records`).
     """
     from torch.utils.data import DataLoader
-
-    from tsm_ds.data.packed_batch import collate_items
     from torch.utils.data.distributed import DistributedSampler
 
-    from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.bad_videos import check_data_loss
+    from tsm_ds.data.dataset import VideoClipDataset
+    from tsm_ds.data.packed_batch import collate_items
     from tsm_ds.engine.evaluate import gather_predictions
     from tsm_ds.inference.eval_report import write_eval_results
     from tsm_ds.inference.views import MultiViewForward, view_protocol

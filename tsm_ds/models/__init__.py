@@ -20,15 +20,22 @@ Public API (see each function's docstring):
 - :func:`load_official_checkpoint` -> a model with the weights of an official TSM ``.pth`` file.
 - :func:`complexity` -> parameters, multiply-adds and FLOPs per clip.
 """
-from .shift import (ShiftConv2d, TemporalPool, TemporalShift, set_fused_shift, temporal_pool,
-                    temporal_shift, temporal_shift_official)
-from .tsn import ARCHS_2D, TSN
-from .i3d import I3D
-from .registry import ARCHS, BUILDERS, build_model
-from .groups import parameter_groups
-from .weights import CheckpointError, load_imagenet_state_dict
-from .official import load_official_checkpoint, parse_official_name
 from .complexity import complexity
+from .groups import parameter_groups
+from .i3d import I3D
+from .official import load_official_checkpoint, parse_official_name
+from .registry import ARCHS, BUILDERS, build_model
+from .shift import (
+                    ShiftConv2d,
+                    TemporalPool,
+                    TemporalShift,
+                    set_fused_shift,
+                    temporal_pool,
+                    temporal_shift,
+                    temporal_shift_official,
+)
+from .tsn import ARCHS_2D, TSN
+from .weights import CheckpointError, load_imagenet_state_dict
 
 __all__ = ["ARCHS", "ARCHS_2D", "BUILDERS", "CheckpointError", "I3D", "ShiftConv2d", "TSN",
            "TemporalPool", "TemporalShift", "build_model", "complexity", "load_imagenet_state_dict",

@@ -55,7 +55,6 @@ needs both side by side.
 """
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 import torch

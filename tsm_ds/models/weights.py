@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be read or does not fit the model (message says why)."""
 

@@ -17,9 +17,20 @@ The command line is :mod:`tsm_ds.cli.bench_scale`. Every name below is importabl
 """
 from __future__ import annotations
 
-from tsm_ds.bench.scaling.model import (ScalingResult, allreduce_time, calibrate, data_loading_time,
-                                        format_duration, gpu_counts, gradient_bytes, ring_allreduce_time,
-                                        run_model, step_breakdown, steps_per_epoch, straggler_factor)
+from tsm_ds.bench.scaling.model import (
+                                        ScalingResult,
+                                        allreduce_time,
+                                        calibrate,
+                                        data_loading_time,
+                                        format_duration,
+                                        gpu_counts,
+                                        gradient_bytes,
+                                        ring_allreduce_time,
+                                        run_model,
+                                        step_breakdown,
+                                        steps_per_epoch,
+                                        straggler_factor,
+)
 from tsm_ds.bench.scaling.presets import CLUSTERS, GB, MODELS, PAPER, Cluster, Workload
 from tsm_ds.bench.scaling.scale_report import ScaleReport, bench_inputs, markdown_report, write_scale_report
 

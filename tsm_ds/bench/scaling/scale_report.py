@@ -11,8 +11,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tsm_ds.bench.scaling.model import (ScalingResult, data_loading_time, format_duration, gpu_counts,
-                                        run_model, step_breakdown, steps_per_epoch)
+from tsm_ds.bench.scaling.model import (
+    ScalingResult,
+    data_loading_time,
+    format_duration,
+    gpu_counts,
+    run_model,
+    step_breakdown,
+    steps_per_epoch,
+)
 from tsm_ds.bench.scaling.presets import CLUSTERS, GB, MODELS, PAPER, Cluster, Workload
 from tsm_ds.utils.io import append_markdown, markdown_table, read_report, write_report
 

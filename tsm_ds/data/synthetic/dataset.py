@@ -23,8 +23,17 @@ import numpy as np
 
 from tsm_ds.utils.io import atomic_path, atomic_write_text
 
-from .render import (_CLASS_TO_PAIR, _FORMAT_VERSION, ALL_CLASSES, CLASS_PAIRS, DEFAULT_CLASSES, _check_params,
-                     _Params, render_clip, sample_clip)
+from .render import (
+    _CLASS_TO_PAIR,
+    _FORMAT_VERSION,
+    ALL_CLASSES,
+    CLASS_PAIRS,
+    DEFAULT_CLASSES,
+    _check_params,
+    _Params,
+    render_clip,
+    sample_clip,
+)
 
 __all__ = ["make_demo_dataset", "encode_video", "available_codec"]
 

@@ -25,10 +25,26 @@ from .convert import rotate, to_rgb
 from .decode import decode_frames
 from .errors import NoVideoStreamError, VideoDecodeError, VideoError, VideoOpenError, warn_once
 from .frames import FRAME_TEMPLATE, frame_folder_count, is_frame_folder, read_frame_folder, read_frame_folder_list
-from .packed import (PACK_EXTENSION, PackedVideo, decode_jpeg_batch, is_packed, packed_count,
-                     read_packed_frames, write_packed)
-from .index import (VideoIndex, build_index, clear_index_cache, count_frames, get_index, open_video,
-                    set_index_cache_dir, set_index_cache_size, video_stream)
+from .index import (
+                     VideoIndex,
+                     build_index,
+                     clear_index_cache,
+                     count_frames,
+                     get_index,
+                     open_video,
+                     set_index_cache_dir,
+                     set_index_cache_size,
+                     video_stream,
+)
+from .packed import (
+                     PACK_EXTENSION,
+                     PackedVideo,
+                     decode_jpeg_batch,
+                     is_packed,
+                     packed_count,
+                     read_packed_frames,
+                     write_packed,
+)
 from .sequential import DecodeStats, decode_all_frames, iter_decoded, iter_frames
 
 __all__ = [

@@ -21,11 +21,21 @@ The command line is :mod:`tsm_ds.cli.bench_large_batch`.
 """
 from __future__ import annotations
 
-from .grid import (QUICK, RECIPES, Recipe, RunSpec, StudySettings, estimate_seconds, plan_grid, plan_headroom,
-                   plan_sweep, warmup_steps_for)
-from .study_report import aggregate, verdicts
+from .grid import (
+                   QUICK,
+                   RECIPES,
+                   Recipe,
+                   RunSpec,
+                   StudySettings,
+                   estimate_seconds,
+                   plan_grid,
+                   plan_headroom,
+                   plan_sweep,
+                   warmup_steps_for,
+)
 from .runs import read_run, train_command
 from .study import PILOT_TOP1, choose_lr, publish, run_study
+from .study_report import aggregate, verdicts
 
 __all__ = ["QUICK", "RECIPES", "Recipe", "RunSpec", "StudySettings", "plan_grid", "plan_sweep", "plan_headroom",
            "warmup_steps_for", "estimate_seconds", "aggregate", "verdicts", "read_run", "train_command", "PILOT_TOP1",

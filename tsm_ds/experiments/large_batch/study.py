@@ -13,9 +13,20 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .grid import RECIPES, RunSpec, StudySettings, estimate_seconds, plan_grid, plan_headroom, plan_sweep
-from .study_report import (aggregate, calibration, plot_study, points_table, projection, readme_table, runs_table,
-                           sweep_table, target_top1, verdict_lines, verdicts)
 from .runs import read_run, run_env, run_one, same_command, train_command
+from .study_report import (
+    aggregate,
+    calibration,
+    plot_study,
+    points_table,
+    projection,
+    readme_table,
+    runs_table,
+    sweep_table,
+    target_top1,
+    verdict_lines,
+    verdicts,
+)
 
 __all__ = ["PILOT_TOP1", "choose_lr", "run_study", "publish"]
 
