@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "tsm_ds"
 LOOP = PKG / "engine" / "trainer.py"
@@ -23,7 +25,8 @@ def _trainer_names(tree: ast.AST) -> set[str]:
     for n in ast.walk(tree):
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
             f = n.value.func
-            if (isinstance(f, ast.Name) and f.id == "Trainer") or (isinstance(f, ast.Attribute) and f.attr == "Trainer"):
+            if (isinstance(f, ast.Name) and f.id == "Trainer") or \
+                    (isinstance(f, ast.Attribute) and f.attr == "Trainer"):
                 names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
         elif isinstance(n, ast.arg):
             ann = ast.unparse(n.annotation) if n.annotation is not None else ""
@@ -45,7 +48,8 @@ def trainer_attribute_reads(path: Path) -> list[str]:
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call) and n.attr not in PUBLIC:
             f = n.value.func
-            if (isinstance(f, ast.Name) and f.id == "Trainer") or (isinstance(f, ast.Attribute) and f.attr == "Trainer"):
+            if (isinstance(f, ast.Name) and f.id == "Trainer") or \
+                    (isinstance(f, ast.Attribute) and f.attr == "Trainer"):
                 out.append(f"{path.name}:{n.lineno}: Trainer(...).{n.attr}")
     return sorted(out, key=lambda v: int(v.split(":")[1]))
 
@@ -66,7 +70,16 @@ def test_the_checker_finds_planted_reads(tmp_path):
                                                 "planted.py:9: Trainer(...).state", "planted.py:12: t.parts"]
 
 
-def test_the_loop_reads_in_one_screen():
-    lines = LOOP.read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 300, len(lines)   # 270 forced lines of four assignments (issue 39); 300 lets them breathe
-    assert max(len(ln) for ln in lines) <= 120
+def test_the_loop_is_within_the_linters_limits():
+    """The loop's functions are held by the linter's per-function limits (complexity, line length:
+    ruff.toml), not by a cap on the file's length."""
+    import shutil
+    import subprocess
+    import sys
+
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        pytest.fail("ruff is not installed: bash launch/setup.sh installs the test extra (ruff)")
+    p = subprocess.run([ruff, "check", "--select", "C901,E501", str(LOOP)], capture_output=True, text=True,
+                       cwd=LOOP.parents[2])
+    assert p.returncode == 0, p.stdout + p.stderr

@@ -237,70 +237,99 @@ def _need(args: list[str], n: int, usage: str) -> None:
         raise ValueError(f"usage: python -m tsm_ds.cli.launch_helper {usage}")
 
 
+def _ranks_per_node(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    cpu = _int(args[0], "CPU_RANKS") if args else 1
+    return 0, str(node.ranks_per_node(environ, cpu_ranks=cpu)), ""
+
+
+def _threads(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    _need(args, 1, "threads RANKS")
+    cores = node.node_cores(environ)
+    return 0, f"{node.threads_per_rank(cores, _int(args[0], 'RANKS'))} {cores}", ""
+
+
+def _port(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    if environ.get("SLURM_JOB_ID"):
+        return 0, str(node.slurm_port(environ["SLURM_JOB_ID"])), ""
+    host = args[0] if args else None
+    ssh_port = _port_arg(args[1] if len(args) > 1 else None)
+    for _ in range(5):
+        port = node.free_port("")
+        if not host or node.port_free_on(host, port, sys.executable, ssh_port=ssh_port):
+            return 0, str(port), ""
+    return 2, "", f"launch: no free port found on {host} in 5 tries: set MASTER_PORT (or --master_port)"
+
+
+def _hosts(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    _need(args, 1, "hosts HOSTFILE")
+    return 0, "\n".join(h for h, _ in hosts.read_hostfile(args[0], require_slots=True)), ""
+
+
+def _slots(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    _need(args, 1, "slots HOSTFILE [HOST]")
+    table = hosts.read_hostfile(args[0], require_slots=True)
+    if len(args) < 2:
+        return 0, str(table[0][1]), ""
+    found = dict(table).get(args[1])
+    if found is None:
+        raise ValueError(f"host {args[1]} is not in {args[0]}")
+    return 0, str(found), ""
+
+
+def _check_ssh(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    _need(args, 1, "check-ssh HOSTFILE [SSH_PORT]")
+    port = _port_arg(args[1] if len(args) > 1 else None)
+    names = [h for h, _ in hosts.read_hostfile(args[0], require_slots=True)]
+    problems = hosts.check_ssh(names, port)
+    if not problems:
+        return 0, "", ""
+    err = [line for p in problems
+           for line in (f"launch: ssh {p.host} failed: {p.error}", f"launch:   fix: {p.fix}")]
+    err.append(f"launch: not every host of {args[0]} is reachable by ssh (NO_SSH_CHECK=1 skips this check)")
+    return 2, "", "\n".join(err)
+
+
+def _launch_args(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    _need(args, 1, "launch-args single|multi|slurm [ARGS...]")
+    settings, opts, train = parse_launch_args(args[0], args[1:])
+    return 0, _shell_assignments(settings, opts, train), ""
+
+
+def _exit_code(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    _need(args, 1, "exit-code NAME")
+    if args[0] not in exits.EXIT_CODES:
+        raise ValueError(f"no exit status named {args[0]!r}: one of {', '.join(exits.EXIT_CODES)}")
+    return 0, str(exits.EXIT_CODES[args[0]]), ""
+
+
+def _explain_exit(args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    _need(args, 1, "explain-exit CODE")
+    return 0, exits.describe(_int(args[0], "exit status")), ""
+
+
+#: query -> ``f(args, environ) -> (exit status, stdout text, stderr text)``
+QUERIES = {
+    "accelerator": lambda args, environ: (0, node.accelerator(environ), ""),
+    "ops-cache": lambda args, environ: (0, node.ops_cache_dir(environ), ""),
+    "default-recipe": lambda args, environ: (0, node.default_recipe(node.accelerator(environ)), ""),
+    "ranks-per-node": _ranks_per_node,
+    "threads": _threads,
+    "port": _port,
+    "hosts": _hosts,
+    "slots": _slots,
+    "check-ssh": _check_ssh,
+    "launch-args": _launch_args,
+    "output-dir": lambda args, environ: (0, train_output_dir(args, environ), ""),
+    "exit-code": _exit_code,
+    "explain-exit": _explain_exit,
+}
+
+
 def _answer(query: str, args: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
-    if query == "accelerator":
-        return 0, node.accelerator(environ), ""
-    if query == "ops-cache":
-        return 0, node.ops_cache_dir(environ), ""
-    if query == "default-recipe":
-        return 0, node.default_recipe(node.accelerator(environ)), ""
-    if query == "ranks-per-node":
-        cpu = _int(args[0], "CPU_RANKS") if args else 1
-        return 0, str(node.ranks_per_node(environ, cpu_ranks=cpu)), ""
-    if query == "threads":
-        _need(args, 1, "threads RANKS")
-        cores = node.node_cores(environ)
-        return 0, f"{node.threads_per_rank(cores, _int(args[0], 'RANKS'))} {cores}", ""
-    if query == "port":
-        if environ.get("SLURM_JOB_ID"):
-            return 0, str(node.slurm_port(environ["SLURM_JOB_ID"])), ""
-        host = args[0] if args else None
-        ssh_port = _port_arg(args[1] if len(args) > 1 else None)
-        for _ in range(5):
-            port = node.free_port("")
-            if not host or node.port_free_on(host, port, sys.executable, ssh_port=ssh_port):
-                return 0, str(port), ""
-        return 2, "", f"launch: no free port found on {host} in 5 tries: set MASTER_PORT (or --master_port)"
-    if query == "hosts":
-        _need(args, 1, "hosts HOSTFILE")
-        return 0, "\n".join(h for h, _ in hosts.read_hostfile(args[0], require_slots=True)), ""
-    if query == "slots":
-        _need(args, 1, "slots HOSTFILE [HOST]")
-        table = hosts.read_hostfile(args[0], require_slots=True)
-        if len(args) < 2:
-            return 0, str(table[0][1]), ""
-        found = dict(table).get(args[1])
-        if found is None:
-            raise ValueError(f"host {args[1]} is not in {args[0]}")
-        return 0, str(found), ""
-    if query == "check-ssh":
-        _need(args, 1, "check-ssh HOSTFILE [SSH_PORT]")
-        port = _port_arg(args[1] if len(args) > 1 else None)
-        names = [h for h, _ in hosts.read_hostfile(args[0], require_slots=True)]
-        problems = hosts.check_ssh(names, port)
-        if not problems:
-            return 0, "", ""
-        err = [line for p in problems
-               for line in (f"launch: ssh {p.host} failed: {p.error}", f"launch:   fix: {p.fix}")]
-        err.append(f"launch: not every host of {args[0]} is reachable by ssh (NO_SSH_CHECK=1 skips this check)")
-        return 2, "", "\n".join(err)
-    if query == "launch-args":
-        _need(args, 1, "launch-args single|multi|slurm [ARGS...]")
-        settings, opts, train = parse_launch_args(args[0], args[1:])
-        return 0, _shell_assignments(settings, opts, train), ""
-    if query == "output-dir":
-        return 0, train_output_dir(args, environ), ""
-    if query == "exit-code":
-        _need(args, 1, "exit-code NAME")
-        if args[0] not in exits.EXIT_CODES:
-            raise ValueError(f"no exit status named {args[0]!r}: one of {', '.join(exits.EXIT_CODES)}")
-        return 0, str(exits.EXIT_CODES[args[0]]), ""
-    if query == "explain-exit":
-        _need(args, 1, "explain-exit CODE")
-        return 0, exits.describe(_int(args[0], "exit status")), ""
-    names = ("accelerator, ops-cache, default-recipe, ranks-per-node, threads, port, hosts, slots, check-ssh, "
-             "launch-args, output-dir, exit-code, explain-exit")
-    return 2, "", f"launch: unknown query {query!r} of tsm_ds.cli.launch_helper: one of {names}"
+    if query not in QUERIES:
+        return 2, "", (f"launch: unknown query {query!r} of tsm_ds.cli.launch_helper: one of "
+                       f"{', '.join(QUERIES)}")
+    return QUERIES[query](args, environ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

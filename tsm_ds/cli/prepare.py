@@ -36,108 +36,133 @@ def build_parser() -> argparse.ArgumentParser:
     return build_parser_for(COMMAND, Config)
 
 
+class _Refused(Exception):
+    """Options or inputs ``tsm-ds prepare`` refuses; the message is printed and the status is 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tsm-ds prepare``; returns 1 when any input failed, 2 when the part options
-    or the merge are refused (message on stderr), else 0.
+    """Entry point of ``tsm-ds prepare``; returns 1 when any input failed, 2 when the options, the
+    part options or the merge are refused (message on stderr), else 0.
 
     Raises:
         SystemExit: bad options (argparse).
     """
     cfg, given = parse(COMMAND, Config, argv)
     p = cfg.prepare
-    from tsm_ds.data.prepare import prepare_dataset
-    from tsm_ds.data.prepare_parts import (
-        PARTS_DIR,
-        PartsError,
-        merge_parts,
-        part_report_path,
-        prepare_part,
-        resolve_part,
-    )
-    from tsm_ds.data.records import read_class_folders, read_video_list
+    src_root, out_root = os.path.abspath(p.src), os.path.abspath(p.out)
+    try:
+        _check_options(cfg, given)
+        part = _part(p)
+        records, classes, split = _records(cfg, src_root)
+        rows, summary = _run(cfg, given, records, classes, src_root, out_root, part)
+    except _Refused as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    failed = [r for r in rows if r["status"] == "failed"]
+    for r in failed:
+        print(f"  failed {r['src']}: {r['reason']}")
+    for r in rows:   # kept, but only the frames before a decode error
+        if r["status"] != "failed" and r["reason"].startswith("partial source"):
+            print(f"  partial {r['src']}: {r['num_frames']} frames kept ({r['reason']})")
+    if split is not None and part is None:
+        _keep_split(split, rows, out_root, src_root, mode=p.mode if not p.merge else summary["mode"])
+    if p.shards is not None and part is None:
+        code = _write_shards(out_root, rows, p.shards, classes, _shard_split(split, rows))
+        if code:
+            return code
+    return 1 if failed else 0
 
+
+def _check_options(cfg: Config, given) -> None:
+    """Refuse options that cannot apply (raises _Refused naming them and what to do)."""
+    p, d = cfg.prepare, cfg.data
     if not 1 <= p.quality <= 95:
-        print(f"tsm-ds prepare: --quality {p.quality}: give a JPEG quality from 1 to 95 (default 90)",
-              file=sys.stderr)
-        return 2
+        raise _Refused(f"tsm-ds prepare: --quality {p.quality}: give a JPEG quality from 1 to 95 (default 90)")
     if p.shards is not None and (p.mode != "packed" or not p.shards > 0):
-        print(f"tsm-ds prepare: --shards {p.shards} --mode {p.mode}: shards hold packs; give --mode packed (the "
-              "default) and a shard size in MB > 0", file=sys.stderr)
-        return 2
+        raise _Refused(f"tsm-ds prepare: --shards {p.shards} --mode {p.mode}: shards hold packs; give --mode packed "
+                       "(the default) and a shard size in MB > 0")
     if p.shards is not None and p.part is not None:
-        print("tsm-ds prepare: --shards with --part: the shards are written once, at --merge (give --shards there)",
-              file=sys.stderr)
-        return 2
+        raise _Refused("tsm-ds prepare: --shards with --part: the shards are written once, at --merge (give "
+                       "--shards there)")
     # options of another mode would be ignored: say so instead
     only = {"video": ("keyint", "crf", "preset", "tune"), "packed frames": ("quality",)}
     for modes, names in only.items():
         stray = [f"--{n.replace('_', '-')}" for n in names if f"prepare.{n}" in given and p.mode not in modes.split()]
         if stray:
-            print(f"tsm-ds prepare: {', '.join(stray)} applies to --mode {modes.replace(' ', ' / ')} only, not "
-                  f"--mode {p.mode}: drop it or choose that mode", file=sys.stderr)
-            return 2
-    src_root = os.path.abspath(p.src)
-    out_root = os.path.abspath(p.out)
-    opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset, "tune": p.tune}
-            if p.mode == "video" else {"short_side": p.short_side, "quality": p.quality})
-    try:
-        if p.merge:
-            if p.part is not None or p.parts is not None:
-                raise PartsError("--merge runs after the parts, alone: drop --part / --parts")
-            if int(os.environ.get("SLURM_ARRAY_TASK_COUNT", "0") or 0) > 1:
-                raise PartsError("--merge in a task of a SLURM array job: every task would merge; run the merge "
-                                 "once after the array (sbatch --dependency=afterok:<array job id> "
-                                 "launch/slurm_prepare.sbatch SRC OUT --merge)")
-            part = None
-        else:
-            part = resolve_part(p.part, p.parts, os.environ)
-    except PartsError as e:
-        print(f"prepare: {e}", file=sys.stderr)
-        return 2
-    classes = None
-    d, split = cfg.data, None
+            raise _Refused(f"tsm-ds prepare: {', '.join(stray)} applies to --mode {modes.replace(' ', ' / ')} only, "
+                           f"not --mode {p.mode}: drop it or choose that mode")
     if d.dataset is None and (d.dataset_split is not None or d.frame_template or d.classes):
-        print("tsm-ds prepare: --dataset-split, --frame-template and --classes belong to --dataset NAME",
-              file=sys.stderr)
-        return 2
+        raise _Refused("tsm-ds prepare: --dataset-split, --frame-template and --classes belong to --dataset NAME")
+    if d.dataset is not None and p.list:
+        raise _Refused(f"tsm-ds prepare: --dataset {d.dataset} reads the dataset's annotation files under SRC; "
+                       "drop --list")
+
+
+def _part(p) -> tuple | None:
+    """This process's part (I, N, where from), or None (all, or the merge). Raises _Refused."""
+    from tsm_ds.data.prepare_parts import PartsError, resolve_part
+
+    try:
+        if not p.merge:
+            return resolve_part(p.part, p.parts, os.environ)
+        if p.part is not None or p.parts is not None:
+            raise PartsError("--merge runs after the parts, alone: drop --part / --parts")
+        if int(os.environ.get("SLURM_ARRAY_TASK_COUNT", "0") or 0) > 1:
+            raise PartsError("--merge in a task of a SLURM array job: every task would merge; run the merge "
+                             "once after the array (sbatch --dependency=afterok:<array job id> "
+                             "launch/slurm_prepare.sbatch SRC OUT --merge)")
+        return None
+    except PartsError as e:
+        raise _Refused(f"prepare: {e}") from None
+
+
+def _records(cfg: Config, src_root: str) -> tuple:
+    """(records, class names or None, the dataset's split or None) of the source. Raises _Refused."""
+    from tsm_ds.data.records import read_class_folders, read_video_list
+
+    p, d = cfg.prepare, cfg.data
     if d.dataset is not None:   # the dataset's own annotation files; the split is kept in OUT
-        if p.list:
-            print(f"tsm-ds prepare: --dataset {d.dataset} reads the dataset's annotation files under SRC; drop --list",
-                  file=sys.stderr)
-            return 2
         from tsm_ds.data.splits import resolve_split
         try:
             split = resolve_split(dataset=d.dataset, data=src_root, dataset_split=d.dataset_split,
                                   frame_template=d.frame_template, classes=d.classes)
         except (FileNotFoundError, NotADirectoryError, ValueError) as e:
-            print(f"tsm-ds prepare: {e}", file=sys.stderr)
-            return 2
-        records, classes = split.train + split.val + split.test, split.class_names
+            raise _Refused(f"tsm-ds prepare: {e}") from None
         lost = {s: len(v) for s, v in split.missing.items()}
         print(f"prepare: {split.description}" + (f"; not on disk (left out): {lost}" if lost else ""), flush=True)
+        return split.train + split.val + split.test, split.class_names, split
     try:
-        if split is None and p.list:
-            records = read_video_list(p.list, root=src_root)
-        elif split is None:
-            records, classes = read_class_folders(src_root)
+        if p.list:
+            return read_video_list(p.list, root=src_root), None, None
+        records, classes = read_class_folders(src_root)
+        return records, classes, None
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
-        print(f"tsm-ds prepare: {e} (SRC is a folder of class folders, <SRC>/<class>/<video>, or the root of "
-              f"--list's paths)", file=sys.stderr)
-        return 2
+        raise _Refused(f"tsm-ds prepare: {e} (SRC is a folder of class folders, <SRC>/<class>/<video>, or the root "
+                       f"of --list's paths)") from None
+
+
+def _run(cfg: Config, given, records, classes, src_root: str, out_root: str, part) -> tuple[list[dict], dict]:
+    """Prepare (or merge) and print the summary line; returns (rows, the merge summary or {})."""
+    from tsm_ds.data.prepare import prepare_dataset
+    from tsm_ds.data.prepare_parts import PARTS_DIR, PartsError, merge_parts, part_report_path, prepare_part
+
+    p = cfg.prepare
+    opts = ({"short_side": p.short_side, "keyint": p.keyint, "crf": p.crf, "preset": p.preset, "tune": p.tune}
+            if p.mode == "video" else {"short_side": p.short_side, "quality": p.quality})
     if p.merge:
         expect = {f.split(".", 1)[1]: getattr(p, f.split(".", 1)[1]) for f in given
                   if f in ("prepare.mode", "prepare.short_side", "prepare.keyint", "prepare.crf", "prepare.preset",
-                            "prepare.tune", "prepare.quality")}
+                           "prepare.tune", "prepare.quality")}
         try:
             rows, summary = merge_parts(records, src_root, out_root, classes=classes, expect=expect)
         except PartsError as e:
-            print(f"prepare: {e}", file=sys.stderr)
-            return 2
+            raise _Refused(f"prepare: {e}") from None
         c = summary["counts"]
         print(f"prepare --merge: {summary['parts']} parts, {c['videos']} videos ({summary['mode']}): "
               f"{c['videos'] - c['failed']} ready in {out_root} (list: all.txt), {c['failed']} failed "
               f"(see prepare_report.json)")
-    elif part is not None:
+        return rows, summary
+    if part is not None:
         i, n, where = part
         host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         print(f"prepare: part {i} of {n} (from {where}) on {host}, {p.workers} worker(s)", flush=True)
@@ -147,41 +172,36 @@ def main(argv: list[str] | None = None) -> int:
               f"skipped (already prepared), {c['failed']} failed, {c['temporaries_removed']} temporary file(s) of a "
               f"killed run removed, in {report['seconds']:.1f} s; report {PARTS_DIR}/"
               f"{part_report_path(out_root, i, n).name}. After all {n} parts: tsm-ds prepare SRC OUT --merge")
-    else:
-        rows = prepare_dataset(records, src_root, out_root, mode=p.mode, classes=classes, workers=p.workers, **opts)
-        ok = [r for r in rows if r["status"] != "failed"]
-        print(f"prepare: {len(ok)} of {len(rows)} files ready in {out_root} (list: all.txt); "
-              f"{len(rows) - len(ok)} failed (see prepare_report.json)")
-    failed = [r for r in rows if r["status"] == "failed"]
-    for r in failed:
-        print(f"  failed {r['src']}: {r['reason']}")
-    for r in rows:   # kept, but only the frames before a decode error
-        if r["status"] != "failed" and r["reason"].startswith("partial source"):
-            print(f"  partial {r['src']}: {r['num_frames']} frames kept ({r['reason']})")
-    if split is not None and part is None:
-        from tsm_ds.data.datasets import PREPARED_FILE, write_prepared_split
+        return rows, {}
+    rows = prepare_dataset(records, src_root, out_root, mode=p.mode, classes=classes, workers=p.workers, **opts)
+    ok = [r for r in rows if r["status"] != "failed"]
+    print(f"prepare: {len(ok)} of {len(rows)} files ready in {out_root} (list: all.txt); "
+          f"{len(rows) - len(ok)} failed (see prepare_report.json)")
+    return rows, {}
 
-        doc = write_prepared_split(out_root, split, rows, mode=p.mode if not p.merge else summary["mode"],
-                                   source=src_root)
-        kept = {s: len(side) - len(doc["failed"].get(s, [])) for s, side in
-                (("train", split.train), ("val", split.val), ("test", split.test))}
-        print(f"prepare: the {split.dataset} split kept in {out_root}: train.txt {kept['train']}, val.txt "
-              f"{kept['val']}, test.txt {kept['test']} files, classes.txt, {PREPARED_FILE}; train with --data "
-              f"{out_root}")
-    if p.shards is not None and part is None:
-        shard_split = None
-        if split is not None:   # the dataset's split, kept in the shards' samples.json
-            from tsm_ds.data.datasets import prepared_sides
 
-            ok, failed_src = prepared_sides(split, rows)
-            shard_split = {"dataset": split.dataset, "dataset_split": split.dataset_split, "flip": split.flip,
-                           **{side: [row["out"] for row in kept] for side, kept in ok.items()},
-                           "missing": {s: split.missing.get(s, []) + failed_src.get(s, [])
-                                       for s in ("train", "val", "test")}}
-        code = _write_shards(out_root, rows, p.shards, classes, shard_split)
-        if code:
-            return code
-    return 1 if failed else 0
+def _keep_split(split, rows: list[dict], out_root: str, src_root: str, *, mode: str) -> None:
+    """Write the dataset's split into OUT (train / val / test lists, classes, dataset.json) and say so."""
+    from tsm_ds.data.datasets import PREPARED_FILE, write_prepared_split
+
+    doc = write_prepared_split(out_root, split, rows, mode=mode, source=src_root)
+    kept = {s: len(side) - len(doc["failed"].get(s, [])) for s, side in
+            (("train", split.train), ("val", split.val), ("test", split.test))}
+    print(f"prepare: the {split.dataset} split kept in {out_root}: train.txt {kept['train']}, val.txt "
+          f"{kept['val']}, test.txt {kept['test']} files, classes.txt, {PREPARED_FILE}; train with --data "
+          f"{out_root}")
+
+
+def _shard_split(split, rows: list[dict]) -> dict | None:
+    """The dataset's split as the shards' ``samples.json`` keeps it, or None without a dataset."""
+    if split is None:
+        return None
+    from tsm_ds.data.datasets import prepared_sides
+
+    ok, failed_src = prepared_sides(split, rows)
+    return {"dataset": split.dataset, "dataset_split": split.dataset_split, "flip": split.flip,
+            **{side: [row["out"] for row in kept] for side, kept in ok.items()},
+            "missing": {s: split.missing.get(s, []) + failed_src.get(s, []) for s in ("train", "val", "test")}}
 
 
 def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes, split: dict | None = None) -> int:
@@ -210,8 +230,8 @@ def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes, spl
     except (ValueError, VideoError) as e:   # a pack damaged since it was written is named
         print(f"prepare: {e}", file=sys.stderr)
         return 2
-    print(f"prepare: {info['samples']} packs ({info['frames']} frames) in {info['shards']} shards of <= {shard_mb:g} MB in {folder} "
-          f"({info['bytes'] / 1e6:.1f} MB); train with --data {folder}")
+    print(f"prepare: {info['samples']} packs ({info['frames']} frames) in {info['shards']} shards of <= "
+          f"{shard_mb:g} MB in {folder} ({info['bytes'] / 1e6:.1f} MB); train with --data {folder}")
     return 0
 
 

@@ -175,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     Returns 0 on success, 2 on a configuration or data error, 3 when the run diverged (the guard
     stopped it; nothing non-finite was saved), 4 when a checkpoint could not be written, 5 when
     not every rank joined within --dist-timeout, 7 when more files were unreadable than
-    --max-bad-fraction allows (the message names the count, the fraction and the files), 75 (EX_TEMPFAIL) when a stop signal made the run
-    save and stop (resume with --resume auto); the hang watchdog exits 6 from its own thread
+    --max-bad-fraction allows (the message names the count, the fraction and the files), 75
+    (EX_TEMPFAIL) when a stop signal made the run save and stop (resume with --resume auto); the
+    hang watchdog exits 6 from its own thread
     (:mod:`tsm_ds.engine.watchdog`). The statuses are the constants of :mod:`tsm_ds.utils.exits`.
     Every rank also logs to ``<run>/logs/rank<r>.log``.
     """
@@ -218,10 +219,62 @@ def main(argv: list[str] | None = None) -> int:
     return train(cfg, log=log, rank=rank)
 
 
+class ConfigStop(Exception):
+    """A configuration or data error already phrased for the user: exit 2, logged on every rank."""
+
+
+def exit_table() -> list[tuple]:
+    """The one table from an exception of :func:`train` to its exit status: ``(exception types,
+    status, logged on rank 0 only, log level, message of the exception)``, first match wins; an
+    exception not in it is a bug and propagates (a traceback, status 1)."""
+    from tsm_ds.data.bad_videos import DataLossError
+    from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
+    from tsm_ds.engine.guard import DivergenceError
+    from tsm_ds.engine.preempt import Preempted
+    from tsm_ds.engine.rendezvous import RendezvousError
+    from tsm_ds.engine.safe_load import UntrustedCheckpointError
+
+    return [
+        (ConfigStop, EXIT_CONFIG, False, logging.ERROR, str),
+        (RendezvousError, EXIT_RENDEZVOUS, False, logging.ERROR, str),   # each rank: its own view
+        (DivergenceError, EXIT_DIVERGED, True, logging.ERROR, lambda e: e.describe()),   # alike on every rank
+        (DataLossError, EXIT_DATA_LOSS, True, logging.ERROR, lambda e: e.describe()),    # files exchanged first
+        (CheckpointSaveError, EXIT_SAVE_FAILED, True, logging.ERROR, str),
+        (Preempted, EXIT_PREEMPTED, True, logging.WARNING, str),
+        # --resume: a damaged, missing or foreign (asks to unpickle code) checkpoint
+        ((CheckpointResumeError, UntrustedCheckpointError, FileNotFoundError), EXIT_CONFIG, True, logging.ERROR, str),
+    ]
+
+
 def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
-    """Build the components from their sections of ``cfg`` and train (see :func:`main` for the
-    exit statuses)."""
+    """Build the components from their sections of ``cfg`` and train: process settings -> recipe ->
+    data -> model -> trainer -> fit, each phase in its own function; every failure becomes an exit
+    status through :func:`exit_table` (see :func:`main` for the statuses)."""
+    try:
+        _process_settings(cfg, log)
+        cfg_path, engine_json = _recipe(cfg, log)
+        split, flip, train_set, val_set = _data(cfg, log)
+        model = _model(cfg, engine_json, log, num_classes=len(split.class_names))
+        trainer, run_dir = _trainer(cfg, log, rank, model, train_set, val_set, engine_json, cfg_path, split, flip)
+        import torch.distributed as dist
+        rank = dist.get_rank() if dist.is_initialized() else rank   # (an MPI launch sets no $RANK)
+        result = trainer.fit()
+    except Exception as e:
+        for types, status, rank0_only, level, message in exit_table():
+            if isinstance(e, types):
+                if rank == 0 or not rank0_only:
+                    log.log(level, "%s", message(e))
+                return status
+        raise
+    if rank == 0:
+        _report(result, run_dir, cfg.data.max_bad_fraction)
+    return EXIT_OK
+
+
+def _process_settings(cfg: Config, log: logging.Logger) -> None:
+    """Process-wide settings, before DataLoader workers fork (they inherit them). Raises ConfigStop."""
     from tsm_ds.data.memory import set_malloc_trim
+    from tsm_ds.data.shards import set_shard_cache
     from tsm_ds.data.video import set_index_cache_dir, set_index_cache_size
     from tsm_ds.models import set_fused_shift
 
@@ -230,41 +283,40 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         if not (ops / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").exists():
             log.warning("DeepSpeed builds its CPU comm op into %s now (~40 s, once per machine; launch/setup.sh "
                         "builds it ahead)", ops)
-    d, m, sch, out = cfg.data, cfg.model, cfg.schedule, cfg.output
-    # process-wide settings, before DataLoader workers fork (they inherit them)
+    d = cfg.data
     set_index_cache_dir(d.index_cache)
     set_index_cache_size(d.index_cache_size)
     set_malloc_trim(d.malloc_trim)
-    set_fused_shift(m.fused_shift)
-    from tsm_ds.data.shards import set_shard_cache
+    set_fused_shift(cfg.model.fused_shift)
     try:
         set_shard_cache(d.shard_cache, d.shard_cache_mb)
     except ValueError as e:
-        log.error("%s", e)
-        return EXIT_CONFIG
+        raise ConfigStop(str(e)) from None
 
-    import torch
 
-    from tsm_ds.data.bad_videos import DataLossError, describe_loss
-    from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
-    from tsm_ds.engine.guard import DivergenceError, GuardSettings
+def _recipe(cfg: Config, log: logging.Logger) -> tuple[str, dict]:
+    """(the engine JSON's path, the recipe as read). Raises ConfigStop."""
     from tsm_ds.engine.recipes import ConfigError, load_config, resolve_recipe
-    from tsm_ds.engine.safe_load import UntrustedCheckpointError
-    from tsm_ds.engine.settings import run_summary
-    from tsm_ds.engine.trainer import Trainer, TrainSettings
-    from tsm_ds.models.groups import head_mults_on
+
     try:
         cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or default_recipe()))
         log.info("engine JSON: %s%s", cfg_path,
                  "" if cfg.engine.deepspeed_config else " (no --deepspeed_config: default)")
-        engine_json = load_config(cfg_path)
+        return cfg_path, load_config(cfg_path)
     except ConfigError as e:
-        log.error("%s", e)
-        return EXIT_CONFIG
+        raise ConfigStop(str(e)) from None
 
-    torch.manual_seed(sch.seed)
+
+def _data(cfg: Config, log: logging.Logger) -> tuple:
+    """(split, flip, train set, val set), the decoded-frame cache attached when asked. Raises
+    ConfigStop: a bad --data / list / label file is the user's to fix, a message, not a traceback."""
+    import torch
+
     from tsm_ds.data.splits import build_datasets
-    try:  # a bad --data / list / label file is the user's to fix: a message, not a traceback
+
+    d, m, sch = cfg.data, cfg.model, cfg.schedule
+    torch.manual_seed(sch.seed)
+    try:
         split, flip = select_data(cfg, log)
         if d.decode_device and d.cache_decoded:
             raise ValueError("--decode-device and --cache-decoded exclude each other: the cache holds "
@@ -272,21 +324,26 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
         train_set, val_set = build_datasets(split, num_segments=m.num_segments, img_size=d.img_size,
                                             seed=sch.seed, flip=flip, decode_device=d.decode_device)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
-        log.error("data: %s", e)
-        return EXIT_CONFIG
-    class_names, desc = split.class_names, split.description
-    log.info("data: %s; %d train clips, %d val clips, %d classes", desc, len(train_set),
-             len(val_set) if val_set is not None else 0, len(class_names))
+        raise ConfigStop(f"data: {e}") from None
+    log.info("data: %s; %d train clips, %d val clips, %d classes", split.description, len(train_set),
+             len(val_set) if val_set is not None else 0, len(split.class_names))
     if d.cache_decoded:   # decoded here, once: forked DataLoader workers share the frames
         if not d.cache_decoded_max_mb > 0:
-            log.error("--cache-decoded-max-mb %s: give a size limit > 0 (MiB)", d.cache_decoded_max_mb)
-            return EXIT_CONFIG
+            raise ConfigStop(f"--cache-decoded-max-mb {d.cache_decoded_max_mb}: give a size limit > 0 (MiB)")
         from tsm_ds.data.clip_cache import attach_frame_cache
         _, cache_stats = attach_frame_cache([train_set, val_set], max_mb=d.cache_decoded_max_mb)
         log.info("--cache-decoded: %(videos)d videos, %(mb).0f of %(max_mb).0f MiB, decoded in %(seconds).1f s "
                  "(%(skipped)d over the limit, %(unreadable)d unreadable)", cache_stats)
+    return split, flip, train_set, val_set
+
+
+def _model(cfg: Config, engine_json: dict, log: logging.Logger, *, num_classes: int):
+    """The recognizer: built, ``--tune-from`` weights loaded, the large-batch options applied.
+    Raises ConfigStop."""
     from tsm_ds.models import build_model
-    model = build_model(m.arch, len(class_names), pretrained=m.pretrained, **m.build_options())
+
+    m = cfg.model
+    model = build_model(m.arch, num_classes, pretrained=m.pretrained, **m.build_options())
     if m.tune_from:
         from tsm_ds.engine.checkpoint import load_finetune_weights
         try:
@@ -295,103 +352,96 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
             rep = load_finetune_weights(model, m.tune_from, official_overrides={"arch": m.arch, **opts},
                                         trust=cfg.checkpoint.trust_checkpoint)
         except (FileNotFoundError, ValueError, RuntimeError) as e:
-            log.error("--tune-from %s: %s", m.tune_from, e)
-            return EXIT_CONFIG
+            raise ConfigStop(f"--tune-from {m.tune_from}: {e}") from None
         log.info("--tune-from %s (%s %s): %d tensors loaded, replaced (shape differs): %s", m.tune_from,
                  rep["source"], rep["path"], rep["loaded"], rep["skipped"] or "none")
     try:
         notes = prepare_large_batch_model(model, m, engine_json)
     except ValueError as e:
-        log.error("%s", e)
-        return EXIT_CONFIG
+        raise ConfigStop(str(e)) from None
     for note in notes:
         log.info("%s", note)
-    run_dir = run_dir_of(cfg, cfg_path)
-    log_path = add_rank_log_file(run_dir, rank)
-    log.info("this rank's log: %s (every rank writes one)", log_path)
-    from tsm_ds.config.record import run_record
-    # config.json: the tree + what the trainer resolves (tsm_ds.config.record; eval re-resolves the split)
-    record = run_record(cfg, deepspeed_config=cfg_path, data_description=desc, split=split.as_dict(), flip=flip)
+    return model
+
+
+def train_settings(cfg: Config, *, run_dir: Path, class_names: list, record: dict):
+    """The trainer's :class:`~tsm_ds.engine.settings.TrainSettings` from the tree's sections.
+    Raises ValueError: a threshold out of range (the message names the flag)."""
+    from tsm_ds.engine.guard import GuardSettings
+    from tsm_ds.engine.trainer import TrainSettings
+    from tsm_ds.models.groups import head_mults_on
+
+    d, m, sch, out = cfg.data, cfg.model, cfg.schedule, cfg.output
     g, dist_cfg, dbg = cfg.guard, cfg.distributed, cfg.debug
-    try:   # a threshold out of range: the message names the flag
-        settings = TrainSettings(run_dir=run_dir, epochs=sch.epochs, max_steps=sch.max_steps,
-                                 seed=sch.seed, num_workers=d.num_workers, resume=out.resume,
-                                 save_every_steps=out.save_every_steps, keep_last=out.keep_last,
-                                 class_names=class_names, flags=sch.engine_flags(), record=record,
-                                 progress=cfg.logging.progress, eval_every=sch.eval_every,
-                                 eval_max_clips=sch.eval_max_clips,
-                                 guard=GuardSettings(factor=g.divergence_factor, max_skipped=g.max_skipped_steps,
-                                                     stuck_factor=g.stuck_factor, stuck_steps=g.stuck_steps),
-                                 on_divergence=g.on_divergence, rollback_lr_factor=g.rollback_lr_factor,
-                                 max_rollbacks=g.max_rollbacks, inject_nan_step=dbg.inject_nan_at_step,
-                                 inject_nan_rank=dbg.inject_nan_rank, dist_timeout=dist_cfg.dist_timeout,
-                                 hosts=tuple(dist_cfg.hosts), test_hang=dbg.test_hang,
-                                 stop_signals=() if dist_cfg.stop_signal.lower() == "none"
-                                 else (dist_cfg.stop_signal.upper(),),
-                                 step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
-                                 channels_last=m.channels_last, compile=m.compile,
-                                 trust_checkpoint=cfg.checkpoint.trust_checkpoint,
-                                 max_bad_fraction=d.max_bad_fraction,
-                                 head_lr_mults=head_mults_on(sch.head_lr_mults, pretrained=bool(m.pretrained),
-                                                             tune_from=m.tune_from))
-    except ValueError as e:
-        log.error("%s", e)
-        return EXIT_CONFIG
+    return TrainSettings(run_dir=run_dir, epochs=sch.epochs, max_steps=sch.max_steps,
+                         seed=sch.seed, num_workers=d.num_workers, resume=out.resume,
+                         save_every_steps=out.save_every_steps, keep_last=out.keep_last,
+                         class_names=class_names, flags=sch.engine_flags(), record=record,
+                         progress=cfg.logging.progress, eval_every=sch.eval_every,
+                         eval_max_clips=sch.eval_max_clips,
+                         guard=GuardSettings(factor=g.divergence_factor, max_skipped=g.max_skipped_steps,
+                                             stuck_factor=g.stuck_factor, stuck_steps=g.stuck_steps),
+                         on_divergence=g.on_divergence, rollback_lr_factor=g.rollback_lr_factor,
+                         max_rollbacks=g.max_rollbacks, inject_nan_step=dbg.inject_nan_at_step,
+                         inject_nan_rank=dbg.inject_nan_rank, dist_timeout=dist_cfg.dist_timeout,
+                         hosts=tuple(dist_cfg.hosts), test_hang=dbg.test_hang,
+                         stop_signals=() if dist_cfg.stop_signal.lower() == "none"
+                         else (dist_cfg.stop_signal.upper(),),
+                         step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
+                         channels_last=m.channels_last, compile=m.compile,
+                         trust_checkpoint=cfg.checkpoint.trust_checkpoint,
+                         max_bad_fraction=d.max_bad_fraction,
+                         head_lr_mults=head_mults_on(sch.head_lr_mults, pretrained=bool(m.pretrained),
+                                                     tune_from=m.tune_from))
+
+
+def _trainer(cfg: Config, log: logging.Logger, rank: int, model, train_set, val_set, engine_json: dict,
+             cfg_path: str, split, flip: bool) -> tuple:
+    """(the set-up :class:`~tsm_ds.engine.trainer.Trainer`, the run folder). Raises ConfigStop (a
+    setting out of range, a recipe that cannot work here) or RendezvousError."""
+    from tsm_ds.config.record import run_record
     from tsm_ds.engine.components import default_hooks
     from tsm_ds.engine.hooks import SignalSelf
+    from tsm_ds.engine.recipes import ConfigError
+    from tsm_ds.engine.trainer import Trainer
+
+    run_dir = run_dir_of(cfg, cfg_path)
+    log.info("this rank's log: %s (every rank writes one)", add_rank_log_file(run_dir, rank))
+    # config.json: the tree + what the trainer resolves (tsm_ds.config.record; eval re-resolves the split)
+    record = run_record(cfg, deepspeed_config=cfg_path, data_description=split.description, split=split.as_dict(),
+                        flip=flip)
+    try:
+        settings = train_settings(cfg, run_dir=run_dir, class_names=split.class_names, record=record)
+    except ValueError as e:
+        raise ConfigStop(str(e)) from None
+    dbg = cfg.debug
     extra = ()   # test hook (see the field): that rank signals itself after that step
     if dbg.inject_signal_at_step is not None and settings.stop_signals:
         extra = (SignalSelf(dbg.inject_signal_at_step, dbg.inject_signal_rank, settings.stop_signals[0]),)
     trainer = Trainer(model, train_set, val_set, engine_json, settings, hooks=default_hooks(settings, extra=extra))
-    from tsm_ds.engine.preempt import Preempted
-    from tsm_ds.engine.rendezvous import RendezvousError
     try:
         trainer.setup()
     except ConfigError as e:
-        log.error("engine JSON %s: %s", cfg_path, e)
-        return EXIT_CONFIG
-    except RendezvousError as e:   # every rank: its own view (rank 0 names the missing ranks)
-        log.error("%s", e)
-        return EXIT_RENDEZVOUS
-    import torch.distributed as dist
-    rank = dist.get_rank() if dist.is_initialized() else rank   # (an MPI launch sets no $RANK)
-    try:
-        result = trainer.fit()
-    except DivergenceError as e:   # decided alike on every rank: all exit 3
-        if rank == 0:
-            log.error("%s", e.describe())
-        return EXIT_DIVERGED
-    except DataLossError as e:   # decided alike on every rank (the files are exchanged first): all exit 7
-        if rank == 0:
-            log.error("%s", e.describe())
-        return EXIT_DATA_LOSS
-    except CheckpointSaveError as e:
-        if rank == 0:
-            log.error("%s", e)
-        return EXIT_SAVE_FAILED
-    except Preempted as e:
-        if rank == 0:
-            log.warning("%s", e)
-        return EXIT_PREEMPTED
-    except (CheckpointResumeError, UntrustedCheckpointError, FileNotFoundError) as e:   # --resume: a damaged,
-        # missing or foreign (asks to unpickle code) checkpoint
-        if rank == 0:
-            log.error("%s", e)
-        return EXIT_CONFIG
-    if rank == 0:
-        val = result["val"]
-        summary = {k: v for k, v in run_summary(result, run_dir, result["last_metrics"]).items()
-                   if k != "history"}   # all of it: <run>/result.json
-        print("RESULT " + json.dumps(summary), flush=True)
-        if val:
-            few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"
-                   if val["count"] < 50 else "")
-            print(f"val top-1 {val['top1']:.1f}% on {val['count']} validation clips{few}", flush=True)
-        lost = result.get("data_lost") or {}
-        print("data lost: " + (" | ".join(describe_loss(k, r) for k, r in lost.items() if r["count"]) or "none")
-              + f" (--max-bad-fraction {d.max_bad_fraction:g}; result.json names every file)", flush=True)
-    return EXIT_OK
+        raise ConfigStop(f"engine JSON {cfg_path}: {e}") from None
+    return trainer, run_dir
 
+
+def _report(result: dict, run_dir: Path, max_bad_fraction: float) -> None:
+    """Rank 0's last lines: ``RESULT {json}``, val top-1, and what data was lost."""
+    from tsm_ds.data.bad_videos import describe_loss
+    from tsm_ds.engine.settings import run_summary
+
+    val = result["val"]
+    summary = {k: v for k, v in run_summary(result, run_dir, result["last_metrics"]).items()
+               if k != "history"}   # all of it: <run>/result.json
+    print("RESULT " + json.dumps(summary), flush=True)
+    if val:
+        few = (f" (few clips: each one moves top-1 by {100 / max(1, val['count']):.0f} points; noisy)"
+               if val["count"] < 50 else "")
+        print(f"val top-1 {val['top1']:.1f}% on {val['count']} validation clips{few}", flush=True)
+    lost = result.get("data_lost") or {}
+    print("data lost: " + (" | ".join(describe_loss(k, r) for k, r in lost.items() if r["count"]) or "none")
+          + f" (--max-bad-fraction {max_bad_fraction:g}; result.json names every file)", flush=True)
 
 
 def prepare_large_batch_model(model, m, engine_json: dict) -> list[str]:

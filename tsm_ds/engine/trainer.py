@@ -45,6 +45,13 @@ __all__ = ["ResumableDistributedSampler", "TrainSettings", "Trainer"]   # the fi
 log = logging.getLogger("tsm_ds.train")
 
 
+def next_timed(it) -> tuple:
+    """(the next item of ``it``, seconds waited for it): the data-wait time of a micro-batch."""
+    t0 = time.perf_counter()
+    item = next(it)
+    return item, time.perf_counter() - t0
+
+
 class Trainer:
     """Train a clip classifier with DeepSpeed.
 
@@ -167,73 +174,18 @@ class Trainer:
             start_epoch, skip_micro = start_epoch + 1, 0
         params = [q for q in eng.module.parameters() if q.requires_grad]
         val, epoch, micro_i = {}, start_epoch, skip_micro
-        t_step, acc = time.perf_counter(), StepStats()   # this rank's sums over the step's micro-batches
+        self._t_step, acc = time.perf_counter(), StepStats()   # this rank's sums over the step's micro-batches
         for epoch in range(start_epoch, s.epochs):
             if st.step >= lay.total_steps:
                 break
             micro_i = skip_micro if epoch == start_epoch else 0
-            eng.train()  # the model's own train() (partial BN / frozen BN overrides apply)
-            p.sampler.set_epoch(epoch)
-            p.sampler.skip = micro_i * lay.micro
-            if hasattr(self.train_set, "set_epoch"):
-                self.train_set.set_epoch(epoch)
-            p.loader_gen.manual_seed(s.seed * 100_003 + epoch)
-            it = iter(p.loader)
+            it = self._start_epoch(epoch, micro_i)
             while micro_i < lay.micro_per_epoch and st.step < lay.total_steps:
-                t0 = time.perf_counter()
-                batch = next(it)
-                t1 = time.perf_counter()
-                clip = p.to_device(batch["clip"])   # uint8 -> device -> normalised fp32 -> input dtype
-                label = torch.as_tensor(batch["label"]).long().to(p.device)
-                logits = eng(clip)
-                loss = self.hooks.on_loss(F.cross_entropy(logits.float(), label), st.step + 1, lay.rank)
-                boundary = eng.is_gradient_accumulation_boundary()
-                eng.backward(loss)
-                t2 = time.perf_counter()
-                if boundary and p.manual_comm and not p.skip_reduce:   # skip_reduce: one rank, the identity
-                    p.compressor.allreduce(params) if p.compressor is not None else eng.allreduce_gradients()
-                t3 = time.perf_counter()
-                acc.add_loss(loss, label.numel())   # a device tensor: read once per step, not per micro-batch
-                if boundary:
-                    lrs = self._lrs()   # the lrs this update uses (the schedule steps inside)
-                    p.guard.before_update(acc.loss_sum, acc.clips, params, step=st.step + 1, lrs=lrs)
-                    p.guard.scaled_step(st.lr_scale)
-                    p.guard.after_update(step=st.step + 1, lrs=lrs)
-                else:
-                    eng.step()
-                t4 = time.perf_counter()
-                acc.add_batch(logits, label, bad=p.bad.add(batch), data_s=t1 - t0, compute_s=(t2 - t1) + (t4 - t3),
-                              comm_s=t3 - t2)
+                lrs = self._micro_step(next_timed(it), acc, params)
                 micro_i += 1
-                if not boundary:
-                    continue
-                st.step += 1
-                acc.bad_files_new = p.bad.num_pending()
-                reason = self.hooks.stop_requested()
-                sums = p.reduce(acc.as_list() + [1.0 if reason else 0.0])   # sums over ranks; any rank signalled?
-                r, stop_now, acc, now = StepStats.from_list(sums[:-1]), sums[-1] > 0, StepStats(), time.perf_counter()
-                st.last_metrics = step_metrics(r, p.bad.sync(r.bad_files_new, r.bad_videos), lrs, now - t_step, eng=eng,
-                                               world=lay.world, manual_comm=p.manual_comm, guard=p.guard,
-                                               compressor=p.compressor)
-                t_step = now
-                self.hooks.on_metrics(st.last_metrics, st.step)
-                # the data-loss budget: the tracker's files are the same on every rank after sync
-                check_data_loss("train", p.bad.files, len(self.train_set), s.max_bad_fraction, step=st.step)
-                self.bar.update(1)
-                self.bar.set_postfix(epoch=epoch, loss=f"{st.last_metrics['train/loss']:.3f}",
-                                     clips_s=f"{st.last_metrics['perf/clips_per_s']:.1f}")
-                self.hooks.on_step(st.step, {"metrics": st.last_metrics, "lrs": list(eng.get_lr()), "rank": lay.rank,
-                                             "world": lay.world, "epoch": epoch})
-                if micro_i < lay.micro_per_epoch and st.step < lay.total_steps:   # (ends: in _epoch_end)
-                    self._validate(epoch, micro_i, last=False)
-                if s.save_every_steps and st.step % s.save_every_steps == 0 and micro_i < lay.micro_per_epoch \
-                        and st.step < lay.total_steps:   # (an epoch's or the run's end saves after validation)
-                    self.save(epoch, micro_i)
-                if stop_now:   # a stop signal (SLURM's time-limit warning) on some rank: save here, stop
-                    end = micro_i >= lay.micro_per_epoch
-                    tag = (tag_for_step(st.step) if st.last_saved == st.step
-                           else self.save(epoch + 1 if end else epoch, 0 if end else micro_i))
-                    raise Preempted(st.step, tag, reason or "a stop signal on another rank")
+                if lrs is not None:   # an optimizer step was taken
+                    self._after_step(epoch, micro_i, acc, lrs)
+                    acc = StepStats()
             del it
             val = self._epoch_end(epoch, micro_i)
         if not val and st.step == start_step:
@@ -250,6 +202,81 @@ class Trainer:
         return {"step": st.step, "epoch": epoch, "val": val, "best_top1": st.best_top1, "history": st.history,
                 "rollbacks": st.rollbacks, "lr_scale": st.lr_scale, "last_metrics": st.last_metrics,
                 "data_lost": lost}
+
+    def _start_epoch(self, epoch: int, micro_i: int):
+        """Set the sampler, the dataset and the worker seeds to ``epoch`` (resumed after ``micro_i``
+        micro-batches); returns the loader's iterator."""
+        p, lay = self.parts, self.parts.layout
+        p.engine.train()  # the model's own train() (partial BN / frozen BN overrides apply)
+        p.sampler.set_epoch(epoch)
+        p.sampler.skip = micro_i * lay.micro
+        if hasattr(self.train_set, "set_epoch"):
+            self.train_set.set_epoch(epoch)
+        p.loader_gen.manual_seed(self.s.seed * 100_003 + epoch)
+        return iter(p.loader)
+
+    def _micro_step(self, timed_batch: tuple, acc: StepStats, params: list) -> dict | None:
+        """Forward, backward and (at the accumulation boundary) the all-reduce, the guard's checks
+        and the update of one micro-batch; sums into ``acc``. Returns the update's lrs at a
+        boundary, else None."""
+        p, st, lay, eng = self.parts, self.state, self.parts.layout, self.parts.engine
+        batch, data_s = timed_batch
+        t1 = time.perf_counter()
+        clip = p.to_device(batch["clip"])   # uint8 -> device -> normalised fp32 -> input dtype
+        label = torch.as_tensor(batch["label"]).long().to(p.device)
+        logits = eng(clip)
+        loss = self.hooks.on_loss(F.cross_entropy(logits.float(), label), st.step + 1, lay.rank)
+        boundary = eng.is_gradient_accumulation_boundary()
+        eng.backward(loss)
+        t2 = time.perf_counter()
+        if boundary and p.manual_comm and not p.skip_reduce:   # skip_reduce: one rank, the identity
+            p.compressor.allreduce(params) if p.compressor is not None else eng.allreduce_gradients()
+        t3 = time.perf_counter()
+        acc.add_loss(loss, label.numel())   # a device tensor: read once per step, not per micro-batch
+        lrs = None
+        if boundary:
+            lrs = self._lrs()   # the lrs this update uses (the schedule steps inside)
+            p.guard.before_update(acc.loss_sum, acc.clips, params, step=st.step + 1, lrs=lrs)
+            p.guard.scaled_step(st.lr_scale)
+            p.guard.after_update(step=st.step + 1, lrs=lrs)
+        else:
+            eng.step()
+        t4 = time.perf_counter()
+        acc.add_batch(logits, label, bad=p.bad.add(batch), data_s=data_s, compute_s=(t2 - t1) + (t4 - t3),
+                      comm_s=t3 - t2)
+        return lrs
+
+    def _after_step(self, epoch: int, micro_i: int, acc: StepStats, lrs: dict) -> None:
+        """After an optimizer step: the sums over ranks, metrics, the data-loss budget, progress,
+        mid-epoch validation and checkpoints as due, and the stop signal (raises Preempted)."""
+        p, st, s, lay, eng = self.parts, self.state, self.s, self.parts.layout, self.parts.engine
+        st.step += 1
+        acc.bad_files_new = p.bad.num_pending()
+        reason = self.hooks.stop_requested()
+        sums = p.reduce(acc.as_list() + [1.0 if reason else 0.0])   # sums over ranks; any rank signalled?
+        r, stop_now, now = StepStats.from_list(sums[:-1]), sums[-1] > 0, time.perf_counter()
+        st.last_metrics = step_metrics(r, p.bad.sync(r.bad_files_new, r.bad_videos), lrs, now - self._t_step,
+                                       eng=eng, world=lay.world, manual_comm=p.manual_comm, guard=p.guard,
+                                       compressor=p.compressor)
+        self._t_step = now
+        self.hooks.on_metrics(st.last_metrics, st.step)
+        # the data-loss budget: the tracker's files are the same on every rank after sync
+        check_data_loss("train", p.bad.files, len(self.train_set), s.max_bad_fraction, step=st.step)
+        self.bar.update(1)
+        self.bar.set_postfix(epoch=epoch, loss=f"{st.last_metrics['train/loss']:.3f}",
+                             clips_s=f"{st.last_metrics['perf/clips_per_s']:.1f}")
+        self.hooks.on_step(st.step, {"metrics": st.last_metrics, "lrs": list(eng.get_lr()), "rank": lay.rank,
+                                     "world": lay.world, "epoch": epoch})
+        mid_epoch = micro_i < lay.micro_per_epoch and st.step < lay.total_steps   # (ends: in _epoch_end)
+        if mid_epoch:
+            self._validate(epoch, micro_i, last=False)
+        if s.save_every_steps and st.step % s.save_every_steps == 0 and mid_epoch:
+            self.save(epoch, micro_i)   # (an epoch's or the run's end saves after validation)
+        if stop_now:   # a stop signal (SLURM's time-limit warning) on some rank: save here, stop
+            end = micro_i >= lay.micro_per_epoch
+            tag = (tag_for_step(st.step) if st.last_saved == st.step
+                   else self.save(epoch + 1 if end else epoch, 0 if end else micro_i))
+            raise Preempted(st.step, tag, reason or "a stop signal on another rank")
 
     def _epoch_end(self, epoch: int, micro_i: int) -> dict:
         """Validate when due (at the run's end always, on the whole set), save the epoch's end (or position)."""
