@@ -61,7 +61,8 @@ def main() -> None:
     ref = statistics.median(times["default"])
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"{name:24s} median {med * 1e3:7.0f} ms  speed vs default {ref / med:.3f}  first step {first[name]:.1f} s")
+        print(f"{name:24s} median {med * 1e3:7.0f} ms  speed vs default {ref / med:.3f}  "
+              f"first step {first[name]:.1f} s")
 
 
 if __name__ == "__main__":

@@ -99,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     mp.start_processes(_rank, args=(port, DEFAULT_RUNS, args.seeds, args.steps, queue), nprocs=2,
                        start_method="spawn")
     results = [queue.get() for _ in DEFAULT_RUNS]
-    base = {o: statistics.mean(l) for o, c, l in results if c is None}
+    base = {o: statistics.mean(losses) for o, c, losses in results if c is None}
     rows = [{"optimizer": o, "communication": "fp32" if c is None else f"onebit c={c}",
-             "final_loss_mean": statistics.mean(l), "final_loss_per_seed": " ".join(f"{v:.4f}" for v in l),
-             "vs_fp32": statistics.mean(l) / base[o] if o in base else None} for o, c, l in results]
+             "final_loss_mean": statistics.mean(losses), "final_loss_per_seed": " ".join(f"{v:.4f}" for v in losses),
+             "vs_fp32": statistics.mean(losses) / base[o] if o in base else None} for o, c, losses in results]
     meta = {"model": "MLP 32-128-128-8 (21,800 params)", "ranks": 2, "steps": args.steps, "seeds": args.seeds,
             "batch": "32 per rank", "freeze_step": 20, "chance_loss": 2.079}
     write_report("compression_study", rows, args.out_dir, meta=meta, title="1-bit vs fp32 all-reduce: MLP study")

@@ -72,7 +72,8 @@ def main() -> None:
         if i + 1 == 100 or (i + 1) % 2000 == 0:
             m = libc.mallinfo2()
             print(f"{args.mode} items {i + 1}: anonymous RSS {_anon_mb():.0f} MB; heap {m.arena / 2**20:.0f} MB, "
-                  f"used {m.uordblks / 2**20:.0f}, free {m.fordblks / 2**20:.0f} ({time.time() - t0:.0f} s)", flush=True)
+                  f"used {m.uordblks / 2**20:.0f}, free {m.fordblks / 2**20:.0f} ({time.time() - t0:.0f} s)",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,8 @@ def layouts(packs: Path, recs_packs, recs_local, n_clips: int) -> list[list[str]
             w.add_item(i, {"key": r.path, "label": int(r.label), "jpack": Path(r.path).read_bytes()})
         w.done()
         w.merge(1)
-        whole = {"auto": StreamingDataset(str(tmp), batch_decode="auto"), "0": StreamingDataset(str(tmp), batch_decode=0)}
+        whole = {"auto": StreamingDataset(str(tmp), batch_decode="auto"),
+                 "0": StreamingDataset(str(tmp), batch_decode=0)}
         reader = shards.get_reader(str(packs / "shards"))
         n = len(recs_packs)
         counts = [PackedVideo(r.path).num_frames for r in recs_packs]
@@ -212,7 +213,8 @@ def main() -> None:
         print()
         print("| layout (in-process, 8 kept frames of a train clip read + decoded at short side 224) | ms per clip |")
         print("|---|---|")
-        for k, v in layouts(packs, recs["per-file .jpack"], recs["local shard folder"], 4 * len(recs["per-file .jpack"])):
+        for k, v in layouts(packs, recs["per-file .jpack"], recs["local shard folder"],
+                            4 * len(recs["per-file .jpack"])):
             print(f"| {k} | {v} |")
     finally:
         srv.terminate()

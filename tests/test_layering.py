@@ -35,8 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "tsm_ds"
 
 #: module-name prefix -> layer; a module's layer is that of its longest matching prefix
-LAYERS: dict[str, int] = {"tsm_ds.utils": 0, "tsm_ds.config": 0, "tsm_ds.data": 1, "tsm_ds.models": 2, "tsm_ds.engine": 3,
-                          "tsm_ds.inference": 4, "tsm_ds.bench": 5, "tsm_ds.doctor": 5, "tsm_ds.experiments": 5,
+LAYERS: dict[str, int] = {"tsm_ds.utils": 0, "tsm_ds.config": 0, "tsm_ds.data": 1, "tsm_ds.models": 2,
+                          "tsm_ds.engine": 3, "tsm_ds.inference": 4, "tsm_ds.bench": 5, "tsm_ds.doctor": 5,
+                          "tsm_ds.experiments": 5,
                           "tsm_ds.cli": 6, "tsm_ds.train": 7, "tsm_ds": 7}
 #: inside layer 5: the doctor and the experiments may use the benches, the benches use neither
 BENCH_USERS = ("tsm_ds.doctor", "tsm_ds.experiments")

@@ -81,7 +81,8 @@ def test_half_truncated_clips_stop_at_the_budget_and_are_named_within_it(half_tr
                          "--data", str(data), "--split", "val", "--out", str(ev_out), "--no-plot"], cwd=REPO,
                         capture_output=True, text=True, timeout=300)
     assert ev.returncode == EXIT_DATA_LOSS, ev.stdout[-2000:] + ev.stderr[-2000:]   # the default 1 %
-    assert "eval: " in ev.stderr and "--max-bad-fraction 0.01" in ev.stderr and not ev_out.joinpath("metrics.json").exists()
+    assert "eval: " in ev.stderr and "--max-bad-fraction 0.01" in ev.stderr \
+        and not ev_out.joinpath("metrics.json").exists()
     ev = subprocess.run([sys.executable, "-m", "tsm_ds.cli", "eval", "--checkpoint", str(tmp_path / "raised"),
                          "--data", str(data), "--split", "val", "--out", str(ev_out), "--no-plot",
                          "--max-bad-fraction", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -94,7 +94,8 @@ def test_gpu_check_dry_run(tmp_path, clips):
     assert d["pipeline_vs_alone"] == pytest.approx(
         d["pipeline_clips_per_s"] / min(d["loader_clips_per_s"], c["clips_per_s"]))
     comm = secs["communication"]
-    assert comm["status"] == "not_measured" and "deepspeed --num_gpus 2 --module tsm_ds.cli.doctor" in comm["values"]["how"]
+    assert comm["status"] == "not_measured" \
+        and "deepspeed --num_gpus 2 --module tsm_ds.cli.doctor" in comm["values"]["how"]
     v = secs["verdict"]["values"]
     assert v == {**verdict.decide(secs), "advice": v["advice"]}
     _advice_matches_json(rep)
@@ -105,7 +106,8 @@ def test_gpu_check_dry_run(tmp_path, clips):
     rows = {r["variant"]: r for r in secs["compute"]["rows"]}
     # (threads_1: the one-thread step, measured on a multi-core CPU)
     assert set(rows) - {"threads_1"} == {"base", "channels_last", "bf16"} and rows["bf16"]["precision"] == "bf16"
-    assert rows["channels_last"]["channels_last"] and rows["base"]["threads"] >= rows.get("threads_1", rows["base"])["threads"]
+    assert rows["channels_last"]["channels_last"] \
+        and rows["base"]["threads"] >= rows.get("threads_1", rows["base"])["threads"]
     assert c["speedup_bf16"] == pytest.approx(rows["base"]["step_s"] / rows["bf16"]["step_s"])
 
     # recipe smoke: one runs, one is refused with its message, the 1,536-GPU one is resolved only
@@ -141,7 +143,8 @@ def test_recipe_smoke_checks_that_the_checkpoint_loads_weights_only(tmp_path):
             assert row["status"] == "ok" and row["message"].endswith(", checkpoint loads weights-only")
         else:
             assert row["status"] == "failed" and re.search(
-                r"its checkpoint does not load weights-only: \S+/step00000001/zero_pp_rank_0_mp_rank_00_optim_states.pt "
+                r"its checkpoint does not load weights-only: "
+                r"\S+/step00000001/zero_pp_rank_0_mp_rank_00_optim_states.pt "
                 f"asks to unpickle {drop}, which tsm_ds does not load", row["message"]), row["message"]
 
 
@@ -181,7 +184,8 @@ def test_report_header_names_the_model_the_doctor_measured():
 
     s = DoctorSettings(arch="resnet18", num_segments=2, img_size=32, recipe="cpu_fp32").as_dict()
     comp = section_result("compute", values={"arch": "resnet18", "num_segments": 2, "img_size": 32})
-    rep = build_report(s, {"environment": section_result("environment"), "compute": comp, "data": section_result("data")})
+    rep = build_report(s, {"environment": section_result("environment"), "compute": comp,
+                           "data": section_result("data")})
     assert measured(rep) == "model resnet18 2x32 (compute, data), recipe cpu_fp32"
     assert markdown(rep).splitlines()[2].endswith("; model resnet18 2x32 (compute, data), recipe cpu_fp32")
     quick = DoctorSettings(quick=True).resolved(False).as_dict()          # resnet18 8x64 after the defaults

@@ -177,7 +177,8 @@ def test_hostfile_hosts_slots_and_errors(tmp_path):
 
 
 def test_check_ssh_names_each_host_with_ssh_words_and_the_fix_with_the_port(tmp_path):
-    env = _fake_ssh(tmp_path, 'case "$*" in *node-b*) echo "ssh: connect to host 10.0.0.2 port 2222: Connection refused" >&2;;\n'
+    env = _fake_ssh(tmp_path, 'case "$*" in *node-b*) '
+                              'echo "ssh: connect to host 10.0.0.2 port 2222: Connection refused" >&2;;\n'
                               '*node-c*) echo "Host key verification failed." >&2;; *) exit 0;; esac\nexit 255\n')
     hf = tmp_path / "hosts"
     hf.write_text("node-a slots=1\nnode-b slots=1\nnode-c slots=1\n")
@@ -196,7 +197,8 @@ def test_check_ssh_names_each_host_with_ssh_words_and_the_fix_with_the_port(tmp_
 
 def test_launch_args_split_and_quote():
     s, opts, train = lh.parse_launch_args("multi", ["--hostfile", "h f", "--ssh_port=2222", "--include", "a:0",
-                                                    "--master_port", "29600", "--", "--data", "it's"], train_flags=FLAGS)
+                                                    "--master_port", "29600", "--", "--data", "it's"],
+                                          train_flags=FLAGS)
     assert s == {"HOSTFILE": "h f", "SSH_PORT": "2222", "MASTER_PORT": "29600"}
     assert opts == ["--include", "a:0"] and train == ["--data", "it's"]
     # without '--': the first of train.py's flags (or an abbreviation argparse takes) ends them
@@ -250,7 +252,8 @@ def test_exit_statuses_are_one_table():
     assert watchdog.EXIT_HUNG is exits.EXIT_HUNG
     assert "--dist-timeout" in exits.describe(5) and "--resume auto" in exits.describe(75)
     assert "pdsh" in exits.describe(255) and "ssh exited with exit code N" in exits.describe(255)
-    assert exits.describe(137) == "killed by SIGKILL (128 + 9)" and exits.describe(-15) == "killed by SIGTERM (128 + 15)"
+    assert exits.describe(137) == "killed by SIGKILL (128 + 9)" \
+        and exits.describe(-15) == "killed by SIGTERM (128 + 15)"
     p = _helper("exit-code", "hung")
     assert p.stdout.strip() == "6"
     p = _helper("exit-code", "nope")

@@ -94,7 +94,8 @@ def test_launcher_options_apart_from_training_flags():
               '--lr 0.1; echo "$HOSTFILE|$SSH_PORT|$MASTER_PORT|${LAUNCH_OPTS[*]}|${TRAIN_ARGS[*]}"')
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "h|2222|29600|--include a:0|--data d --lr 0.1"
-    p = _bash('tsm_parse_args multi --data d --hostfile x; echo "${#LAUNCH_OPTS[@]}|${TRAIN_ARGS[*]}|${HOSTFILE:-none}"')
+    p = _bash('tsm_parse_args multi --data d --hostfile x; '
+              'echo "${#LAUNCH_OPTS[@]}|${TRAIN_ARGS[*]}|${HOSTFILE:-none}"')
     assert p.stdout.strip() == "0|--data d --hostfile x|none"   # the first training flag ends the launcher's
 
 
@@ -215,8 +216,8 @@ def test_gpu_check_fits_five_minutes_by_its_boxes():
     assert set(boxes) == {"setup", "doctor", "precisions", "recipes", "onebit", "gpudecode", "fusedlamb", "compile"}
     assert sum(b + kill for b in boxes.values()) <= 300, boxes
     run = text[text.index('  section setup "${BOX[setup]}"'):text.index("\nfi\n", text.index('section setup "${BOX'))]
-    used = re.findall(r'section (\w+) "\$\{BOX\[(\w+)\]\}"', run) + [("gpudecode", m) for m in
-                                                                       re.findall(r'gpudecode cuda \d+ "\$\{BOX\[(\w+)\]\}"', run)]
+    used = re.findall(r'section (\w+) "\$\{BOX\[(\w+)\]\}"', run) + [
+        ("gpudecode", m) for m in re.findall(r'gpudecode cuda \d+ "\$\{BOX\[(\w+)\]\}"', run)]
     assert sorted(a for a, b in used if a == b) == sorted(boxes), used
     assert run.rindex("section compile") > run.rindex("section fusedlamb")   # compile last
     assert "--arch resnet18" in run[run.rindex("section compile"):]         # a small model to compile

@@ -74,7 +74,8 @@ def test_hostfile_two_hosts_trains_an_epoch_and_resumes(cluster, shared_data, ke
     assert f"{STEPS_PER_EPOCH} optimizer steps per epoch" in p1.stdout
     # pdsh started one launcher per host over ssh: rank 0 on node-a, rank 1 on node-b
     assert "global_rank_mapping=defaultdict(<class 'list'>, {'node-a': [0], 'node-b': [1]})" in p1.stdout
-    assert re.search(r"^node-a: .*node_rank=0", p1.stdout, re.M) and re.search(r"^node-b: .*node_rank=1", p1.stdout, re.M)
+    assert re.search(r"^node-a: .*node_rank=0", p1.stdout, re.M) \
+        and re.search(r"^node-b: .*node_rank=1", p1.stdout, re.M)
     assert re.search(r"^node-b: .*Process \d+ exits successfully", p1.stdout, re.M), p1.stdout[-3000:]
     assert _result(p1.stdout)["steps"] == STEPS_PER_EPOCH
     run_dir = cluster.shared / "runs" / "hostfile"

@@ -58,7 +58,8 @@ def test_train_with_a_hand_edited_config_exits_2_with_one_line(tmp_path, caplog)
     old.write_text(json.dumps(rec))
     caplog.clear()
     train.main(["--config", str(old), "--output-dir", str(tmp_path), "--data", str(tmp_path / "none")])
-    assert any(r.levelno == logging.WARNING and "config.model.retired_option is not an option any more" in r.getMessage()
+    assert any(r.levelno == logging.WARNING
+               and "config.model.retired_option is not an option any more" in r.getMessage()
                for r in caplog.records)
 
 

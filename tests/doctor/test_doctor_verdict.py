@@ -197,11 +197,12 @@ def test_detect_format(tmp_path):
     from tsm_ds.data.records import VideoRecord
     from tsm_ds.data.testvideo import write_numbered_video
 
-    raw = write_numbered_video(tmp_path / "raw.mp4", 80, gop=250)
+    write_numbered_video(tmp_path / "raw.mp4", 80, gop=250)
     short = write_numbered_video(tmp_path / "short.mp4", 80, gop=16)
     pack_video(short, str(tmp_path / "p.jpack"), short_side=64)
     extract_frames(short, str(tmp_path / "frames"), short_side=64)
-    got = {p: ddata.detect_format([VideoRecord(str(tmp_path / p), 0)]) for p in ("raw.mp4", "short.mp4", "p.jpack", "frames")}
+    got = {p: ddata.detect_format([VideoRecord(str(tmp_path / p), 0)])
+           for p in ("raw.mp4", "short.mp4", "p.jpack", "frames")}
     assert {p: g["format"] for p, g in got.items()} == {"raw.mp4": "raw video", "short.mp4": "re-encoded video",
                                                         "p.jpack": "packed", "frames": "JPEG folders"}
     assert got["raw.mp4"]["keyframe_interval"] == 80 and got["short.mp4"]["keyframe_interval"] == 16

@@ -121,7 +121,8 @@ def _run_scenario(sc: dict) -> None:
         return
     mod = tr.parts.engine.module
     torch.save({"params": {k: v.detach().float().clone() for k, v in mod.named_parameters()},
-                "init": {k: v.float() for k, v in init.items()}, "seen_cl": seen, "compiled": bool(tr.parts.engine.is_compiled),
+                "init": {k: v.float() for k, v in init.items()}, "seen_cl": seen,
+                "compiled": bool(tr.parts.engine.is_compiled),
                 "bare": type(mod).__name__, "step": tr.state.step, "bad": tr.parts.bad.state_dict(),
                 "bad_metrics": [tr.state.last_metrics["data/bad_videos"],
                                 tr.state.last_metrics["data/bad_video_encounters"]]},
@@ -206,7 +207,8 @@ def test_bad_videos_are_distinct_files_over_ranks_warned_once(runs):
     assert res["data_lost"]["val"]["count"] == 0 and res["data_lost"]["val"]["total"] == 4
     logs = [(runs / f"rank{k}.log").read_text() for k in (0, 1)]
     assert logs[1].count("unreadable video") == 0
-    assert [logs[0].count(f"sample (warned once per run; {k} distinct so far): /data/bad") for k in (1, 2, 3)] == [1, 1, 1]
+    assert [logs[0].count(f"sample (warned once per run; {k} distinct so far): /data/bad")
+            for k in (1, 2, 3)] == [1, 1, 1]
 
 
 @pytest.mark.slow

@@ -154,7 +154,8 @@ def test_weights_only_with_deepspeeds_classes_allowlisted_others_refused(saved, 
     for name in ("states.pt", "mp_rank_00_model_states.pt"):
         torch.save({**states, "loss_scaler": argparse.Namespace(cur_scale=65536.0)}, tmp_path / name)
         with pytest.raises(ValueError, match=re.escape(f"{tmp_path / name} asks to unpickle argparse.Namespace, which "
-                                                       "tsm_ds does not load from a checkpoint") + ".*--trust-checkpoint"):
+                                                       "tsm_ds does not load from a checkpoint")
+                           + ".*--trust-checkpoint"):
             read_checkpoint(tmp_path / name)
     _assert_same(read_checkpoint(tmp_path / name, trust=True).state_dict, saved["ref"])   # unpickled in full
 
@@ -178,7 +179,8 @@ def test_load_for_inference_needs_a_model_config(saved):
     with pytest.raises(ValueError, match=re.escape(f"{bare}: no 'model_config' recorded with the weights: the model "
                                                    "cannot be rebuilt; save it with tsm_ds.engine.checkpoint")):
         load_for_inference(bare)
-    with pytest.raises(CheckpointError, match=r"(?s)does not fit the model:.*new_fc.weight: \(400, 512\) vs \(5, 512\)"):
+    with pytest.raises(CheckpointError,
+                       match=r"(?s)does not fit the model:.*new_fc.weight: \(400, 512\) vs \(5, 512\)"):
         load_for_inference(saved["root"] / "run", num_classes=5)
 
 
@@ -239,7 +241,8 @@ def test_what_is_not_a_checkpoint_is_named(saved, tmp_path):
     (tmp_path / "gone").mkdir()
     (tmp_path / "gone" / "latest").write_text("step00000009")
     with pytest.raises(FileNotFoundError, match=re.escape(
-            f"{tmp_path / 'gone' / 'latest'} names checkpoint tag 'step00000009', but {tmp_path / 'gone' / 'step00000009'} "
+            f"{tmp_path / 'gone' / 'latest'} names checkpoint tag 'step00000009', "
+            f"but {tmp_path / 'gone' / 'step00000009'} "
             "holds no mp_rank_00_model_states.pt")):
         read_checkpoint(tmp_path / "gone")
     bad = _tag(tmp_path / "damaged" / "step00000001", {"x": 1})

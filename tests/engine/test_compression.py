@@ -139,7 +139,8 @@ def test_recipe_files_are_valid(name):
     from tsm_ds.engine.config_checks import validate_config
     validate_config({k: v for k, v in cfg.items() if k != "tsm_ds"}, cfg["tsm_ds"],
                     device="cuda" if name.startswith("gpu") else "cpu", has_batchnorm=True)
-    assert C.parse_compression_block(cfg["tsm_ds"]["compression"]) == {"type": "onebit", "freeze_step": 100, "chunk_size": 1024}
+    assert C.parse_compression_block(cfg["tsm_ds"]["compression"]) == {"type": "onebit", "freeze_step": 100,
+                                                                       "chunk_size": 1024}
     # the compressor needs fp32 gradients in p.grad at ZeRO 0 (the trainer refuses bf16/fp16 modes)
     assert cfg["zero_optimization"]["stage"] == 0 and "bf16" not in cfg and "fp16" not in cfg
 
@@ -299,8 +300,8 @@ def _resume_worker(rank, tmp):
         local = [p.grad.clone() for p in model[:2].parameters()]
         comp.allreduce(model.parameters())
         if step == 0:
-            for p, l in zip(model[:2].parameters(), local):
-                assert torch.allclose(p.grad, (_gather(l)[0] + _gather(l)[1]) / 2, rtol=0, atol=1e-6)
+            for p, lg in zip(model[:2].parameters(), local):
+                assert torch.allclose(p.grad, (_gather(lg)[0] + _gather(lg)[1]) / 2, rtol=0, atol=1e-6)
         for p in model.parameters():
             gs = _gather(p.grad)
             assert torch.equal(gs[0], gs[1])

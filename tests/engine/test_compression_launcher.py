@@ -179,7 +179,8 @@ def _rank_main(out: Path) -> None:
     comp2.load_state_dict(torch.load(out / f"compressor_rank{rank}.pt")["compressor"])
     _train(eng2, xs, ys, RESUME_AT, STEPS, comp2)
     res["resume_params_equal"] = bool(torch.equal(_flat_params(eng2), ref_params))
-    res["resume_buffers_equal"] = bool(torch.equal(comp2.worker_error, ref_w) and torch.equal(comp2.server_error, ref_s))
+    res["resume_buffers_equal"] = bool(torch.equal(comp2.worker_error, ref_w)
+                                       and torch.equal(comp2.server_error, ref_s))
     (out / f"rank{rank}.json").write_text(json.dumps(res))
 
 

@@ -31,7 +31,8 @@ def resolve(cfg, world=2, n=100, epochs=5, **flags):
 def test_auto_fills_official_defaults_and_linear_lr():
     ds, tsm, filled, spe = resolve(base(), world=2, n=100, epochs=5)
     # micro 8 (official per GPU), accumulation 1, global 16
-    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"]) == (8, 1, 16)
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"],
+            ds["train_batch_size"]) == (8, 1, 16)
     assert ds["optimizer"]["params"]["lr"] == pytest.approx(0.02 * 16 / 128)
     assert ds["optimizer"]["params"]["weight_decay"] == 1e-4
     assert ds["gradient_clipping"] == 20.0
@@ -59,12 +60,14 @@ def test_micro_batch_from_global_only():
 
 
 def test_uneven_accumulation_names_the_numbers():
-    with pytest.raises(ConfigError, match=r"train_batch_size 64 is not divisible by train_micro_batch_size_per_gpu 8 x world size 3 = 24"):
+    with pytest.raises(ConfigError, match=r"train_batch_size 64 is not divisible by "
+                                          r"train_micro_batch_size_per_gpu 8 x world size 3 = 24"):
         resolve(base(train_batch_size=64, train_micro_batch_size_per_gpu=8), world=3, n=1000)
 
 
 def test_inconsistent_fixed_batch_sizes():
-    with pytest.raises(ConfigError, match=r"inconsistent batch sizes: train_batch_size 32 != .* 4 x .* 2 x world size 2 = 16"):
+    with pytest.raises(ConfigError,
+                       match=r"inconsistent batch sizes: train_batch_size 32 != .* 4 x .* 2 x world size 2 = 16"):
         resolve(base(train_batch_size=32, train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=2), world=2)
 
 

@@ -72,7 +72,8 @@ def test_dist_timeout_from_env_and_bad_values():
     # the variable is read by the command line into distributed.dist_timeout; the flag wins
     assert parse_config([], environ={})[0].distributed.dist_timeout == 300
     assert parse_config([], environ={"TSM_DS_DIST_TIMEOUT": "12.5"})[0].distributed.dist_timeout == 12.5
-    assert parse_config(["--dist-timeout", "7"], environ={"TSM_DS_DIST_TIMEOUT": "12.5"})[0].distributed.dist_timeout == 7
+    assert parse_config(["--dist-timeout", "7"],
+                        environ={"TSM_DS_DIST_TIMEOUT": "12.5"})[0].distributed.dist_timeout == 7
     with pytest.raises(ValueError, match="TSM_DS_DIST_TIMEOUT='soon'"):
         parse_config([], environ={"TSM_DS_DIST_TIMEOUT": "soon"})
     with pytest.raises(ValueError, match="--dist-timeout must be > 0"):
@@ -180,5 +181,6 @@ def test_stop_signal_on_one_rank_saves_on_all_exits_75_then_resumes(shared_data,
         _remove_shm(port)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-3000:]
-    assert re.search(r"resumed from \S+step00000003: epoch 0, 3 micro-batches into it, optimizer step 3", out), out[-3000:]
+    assert re.search(r"resumed from \S+step00000003: epoch 0, 3 micro-batches into it, optimizer step 3",
+                     out), out[-3000:]
     assert json.loads((run / "result.json").read_text())["status"] == "completed"

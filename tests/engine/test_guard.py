@@ -275,7 +275,8 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(damage, shared_data, tmp_
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-3000:]
     assert re.search(r"checkpoint \S+step00000002 is damaged \(mp_rank_00_model_states.pt "
-                     + ("has \\d+ bytes, the manifest says \\d+" if damage == "truncate" else "does not match its CRC-32"),
+                     + ("has \\d+ bytes, the manifest says \\d+" if damage == "truncate"
+                        else "does not match its CRC-32"),
                      out), out[-2000:]
     assert re.search(r"resumed from \S+step00000001: .* optimizer step 1", out)
     assert (ck / "latest").read_text().strip() == "step00000003"

@@ -10,8 +10,9 @@ tests passing, or make the old run stop with a clear message (and change these t
 - ``tsm-ds eval --checkpoint RUN`` (and ``RUN/best_model.pt``) finds the validation clips through the
   run's ``config.json`` and reports top-1 on all 7 of them;
 - ``python -m tsm_ds.train`` with the run's recorded flags (typed again, or read by ``--config
-  RUN/config.json``), ``--resume auto --max-steps 2`` into the same output dir and run name resumes from optimizer step 1 (the manifest verifies, the data
-  position is epoch 0 after one micro-batch) and ends at step 2.
+  RUN/config.json``), ``--resume auto --max-steps 2`` into the same output dir and run name resumes
+  from optimizer step 1 (the manifest verifies, the data position is epoch 0 after one micro-batch)
+  and ends at step 2.
 """
 from __future__ import annotations
 

@@ -272,7 +272,8 @@ def _rank_main(spec: dict) -> None:
         steps[step], data.seen[:] = list(data.seen), []
 
     settings = TrainSettings(run_dir=Path(spec["run_dir"]), epochs=2, max_steps=spec.get("max_steps"), seed=SEED,
-                             num_workers=0, resume=spec.get("resume"), save_every_steps=2, keep_last=10, class_names=["a", "b", "c"],
+                             num_workers=0, resume=spec.get("resume"), save_every_steps=2, keep_last=10,
+                             class_names=["a", "b", "c"],
                              flags={"batch_size": GLOBAL, "micro_batch_size": 1, "lr": 0.1, "lr_steps": [1]},
                              progress=False, step_callback=record)
     tr = Trainer(Tiny(), data, None, load_config(spec.get("recipe", "cpu_fp32")), settings, param_groups=_groups)

@@ -184,7 +184,8 @@ def test_a_sleeping_rank_leaves_every_rank_s_stacks_and_exit_6(shared_data, tmp_
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "tsm_ds.train", "--deepspeed_config", "cpu_fp32", "--data", str(shared_data / "videos"),
+    cmd = [sys.executable, "-m", "tsm_ds.train", "--deepspeed_config", "cpu_fp32",
+           "--data", str(shared_data / "videos"),
            "--output-dir", str(tmp_path), "--run-name", "r", *SMALL, "--startup-timeout", "600"]
     # the sleeping rank 1 gets the longer limit, so that the healthy rank 0, waiting for it, usually fires
     # first (the case CI failed on); what is asserted below holds whichever rank fires first

@@ -73,7 +73,8 @@ def test_estimate_fits_the_budget_and_counts_every_run():
     assert est["runs"] == 19 and est["train_clips"] == 22 * s.epochs * s.train_clips
     # optimizer steps: 6 batch-8 runs + the 4x one, 4 runs at 64, 8 at 512
     assert est["opt_steps"] == (6 + 4) * 3200 + 4 * 400 + 8 * 50
-    assert est["wall_s"] <= 2.5 * 3600              # the study's budget on 2 cores (docs/large-batch.md: 2.2 h estimated)
+    # the study's budget on 2 cores (docs/large-batch.md: 2.2 h estimated)
+    assert est["wall_s"] <= 2.5 * 3600
     # intermediate evaluations: 4 per epoch, capped; the last one on the whole set
     one = estimate_seconds(dataclasses.replace(s, sgd_lrs=(0.01,), headroom=0), ("sgd_fixed",))
     assert one["eval_clips"] == one["runs"] * (4 * s.epochs - 1) * s.eval_max_clips + one["runs"] * s.val_clips
@@ -144,7 +145,8 @@ def _write_run(run_dir: Path, result: dict | None, *, batch=32, accum=4, lr=0.04
         "resolved_tsm_ds": {"lr_schedule": {"warmup_steps": 3}}, "world_size": 1, "total_steps": 40,
         "auto_filled": {"optimizer.params.lr": f"{lr} (linear rule)"},
         # the trainer records the groups after the schedule's first step: the first warm-up lr, not the lr
-        "param_groups": [{"name": "fc", "lr": lr * 5 / 3, "lr_mult": 5.0}, {"name": "base", "lr": lr / 3, "lr_mult": 1.0}]}))
+        "param_groups": [{"name": "fc", "lr": lr * 5 / 3, "lr_mult": 5.0},
+                         {"name": "base", "lr": lr / 3, "lr_mult": 1.0}]}))
     if result is not None:
         (run_dir / "result.json").write_text(json.dumps(result))
 
@@ -154,10 +156,12 @@ def test_read_run_completed_diverged_and_failed(tmp_path):
                                 "val_clips": 200})
     r = read_run(tmp_path / "a")
     assert (r["status"], r["global_batch"], r["micro_batch"], r["accum"], r["lr"]) == ("completed", 32, 8, 4, 0.04)
-    assert (r["steps"], r["clips_seen"], r["val_top1"], r["warmup_steps"], r["planned_steps"]) == (40, 1280, 91.5, 3, 40)
+    assert (r["steps"], r["clips_seen"], r["val_top1"], r["warmup_steps"],
+            r["planned_steps"]) == (40, 1280, 91.5, 3, 40)
     _write_run(tmp_path / "d", {"status": "diverged", "step": 7, "reason": "loss nan"})
     r = read_run(tmp_path / "d")
-    assert (r["status"], r["diverged_at"], r["steps"], r["val_top1"], r["reason"]) == ("diverged", 7, 7, None, "loss nan")
+    assert (r["status"], r["diverged_at"], r["steps"], r["val_top1"],
+            r["reason"]) == ("diverged", 7, 7, None, "loss nan")
     _write_run(tmp_path / "f", None)
     assert read_run(tmp_path / "f")["status"] == "failed"
     _write_run(tmp_path / "s", {"status": "save_failed", "error": "disk full"})
@@ -207,7 +211,8 @@ def test_a_recipe_with_a_seed_at_chance_at_the_base_batch_did_not_learn_there():
     assert lamb == ("- (d) LAMB, square-root rule + warm-up: did not learn at the base batch with every seed "
                     "(27.2% mean (seeds: 39.1%, 15.3%)): nothing to hold; mean top-1 per batch: 8: 27.2%, "
                     "64: 85.3%, 512: 79.1%.")
-    assert lars == "- (c) LARS, linear rule + warm-up: holds up to 8, breaks at 64, 512 (tolerance 2.0 points; base 85.8%)."
+    assert lars == ("- (c) LARS, linear rule + warm-up: holds up to 8, breaks at 64, 512 "
+                    "(tolerance 2.0 points; base 85.8%).")
 
 
 def test_choose_lr():

@@ -48,8 +48,8 @@ def official_views(w, h, test_crops, full_res):
     input_size = SCALE if full_res else S
     iw, ih = official_scaled_size(w, h)
     if test_crops == 1:  # GroupCenterCrop -> torchvision CenterCrop
-        l, t = int(round((iw - input_size) / 2.)), int(round((ih - input_size) / 2.))
-        return [((l, t, l + input_size, t + input_size), False)]
+        left, t = int(round((iw - input_size) / 2.)), int(round((ih - input_size) / 2.))
+        return [((left, t, left + input_size, t + input_size), False)]
     if test_crops == 3:  # GroupFullResSample(input_size, scale_size, flip=False)
         w_step, h_step = (iw - input_size) // 4, (ih - input_size) // 4
         offs = [(0 * w_step, 2 * h_step), (4 * w_step, 2 * h_step), (2 * w_step, 2 * h_step)]
@@ -99,8 +99,8 @@ def test_boxes_equal_official(num_crops, full_res):
         side = SCALE if full_res else S
         src = t.boxes(w, h)
         assert len(src) == num_crops and all(out == side for _, out, _ in src)
-        for ((x, y, bw, bh), _, fl), ((l, tp, r, b), wfl) in zip(src, want):
-            assert (x, y, bw, bh, fl) == pytest.approx((l * f, tp * f, (r - l) * f, (b - tp) * f, wfl))
+        for ((x, y, bw, bh), _, fl), ((left, tp, r, b), wfl) in zip(src, want):
+            assert (x, y, bw, bh, fl) == pytest.approx((left * f, tp * f, (r - left) * f, (b - tp) * f, wfl))
 
 
 def test_box_values_by_hand():

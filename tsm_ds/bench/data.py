@@ -244,7 +244,7 @@ def bench_dataset(files_labels: list[tuple[str, int]], workers: tuple[int, ...],
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.records import VideoRecord
 
-    ds = VideoClipDataset([VideoRecord(p, l) for p, l in files_labels], num_segments=8,
+    ds = VideoClipDataset([VideoRecord(p, label) for p, label in files_labels], num_segments=8,
                           mode="train", img_size=224)
     rows = []
     for w in workers:

@@ -69,8 +69,8 @@ FORMAT_NAMES = {"raw": "raw video", "video": "re-encoded video", "frames": "JPEG
 FORMAT_OPTIONS: dict[str, dict[str, Any]] = {"video": {"short_side": 256, "keyint": 16},
                                              "frames": {"short_side": 256}, "packed": {"short_side": 256}}
 #: columns of the format table
-FORMAT_COLUMNS = ["input", "format", "clips_per_s_per_core", "clips_per_cpu_s", "vs_raw", "vs_frames", "cores_a100", "cores_h100",
-                  "bytes_per_clip", "bytes_vs_frames", "bytes_per_frame", "files_per_video", "decode_ms",
+FORMAT_COLUMNS = ["input", "format", "clips_per_s_per_core", "clips_per_cpu_s", "vs_raw", "vs_frames", "cores_a100",
+                  "cores_h100", "bytes_per_clip", "bytes_vs_frames", "bytes_per_frame", "files_per_video", "decode_ms",
                   "convert_ms", "crop_resize_ms", "normalise_ms", "item_ms", "frames_decoded_per_clip",
                   "same_frames"]
 

@@ -24,7 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "video or JPEG frames; list files; --shards for litdata chunks"),
     "check-videos": ("tsm_ds.cli.check_videos", "scan a dataset and report unreadable videos"),
     "bench": ("tsm_ds.cli.bench", "benchmarks: models, data, comm, scale, large-batch, all"),
-    "config": ("tsm_ds.cli.config", "the engine JSON resolved for N ranks (\"auto\" filled), steps and lrs, without training"),
+    "config": ("tsm_ds.cli.config",
+               "the engine JSON resolved for N ranks (\"auto\" filled), steps and lrs, without training"),
     "demo": ("tsm_ds.cli.demo", "generate the motion-direction demo dataset and train TSM vs TSN on it"),
     "doctor": ("tsm_ds.cli.doctor", "which bottleneck binds here (data, compute, communication) and what to change"),
 }
@@ -34,7 +35,8 @@ def _usage() -> str:
     width = max(len(n) for n in COMMANDS)
     lines = ["usage: tsm-ds <command> [options]", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Several ranks: deepspeed --num_gpus N tsm_ds/train.py --deepspeed_config <recipe name or JSON path> ...",
+    lines += ["", "Several ranks: deepspeed --num_gpus N tsm_ds/train.py "
+                  "--deepspeed_config <recipe name or JSON path> ...",
               "Run 'tsm-ds <command> --help' for a command's options."]
     return "\n".join(lines)
 

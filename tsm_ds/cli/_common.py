@@ -21,9 +21,9 @@ def model_overrides(cfg: Config) -> dict:
 def load_from_config(cfg: Config, prog: str) -> tuple[LoadedModel | None, int | None]:
     """Load ``cfg.checkpoint.checkpoint`` for a command-line tool (predict, export).
 
-    Applies ``--labels``, ``--trust-checkpoint`` and the model overrides. Returns ``(loaded model, crop side to run at)``
-    (:func:`resolve_img_size`), or ``(None, None)`` after printing ``"{prog}: <reason>"`` to stderr
-    for a missing, unreadable or mismatched checkpoint.
+    Applies ``--labels``, ``--trust-checkpoint`` and the model overrides. Returns
+    ``(loaded model, crop side to run at)`` (:func:`resolve_img_size`), or ``(None, None)`` after
+    printing ``"{prog}: <reason>"`` to stderr for a missing, unreadable or mismatched checkpoint.
     """
     from tsm_ds.models.weights import CheckpointError
 

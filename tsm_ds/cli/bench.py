@@ -29,8 +29,10 @@ from tsm_ds.config.tools import BENCH_ALL
 
 #: bench name -> (command module, one-line help)
 BENCHES: dict[str, tuple[str, str]] = {
-    "models": ("tsm_ds.cli.bench_models", "throughput, FLOPs, parameters, gradient bytes: TSM vs TSN vs I3D vs torchvision"),
-    "data": ("tsm_ds.cli.bench_data", "clip loader throughput: decoders, workers, training items per core by data format"),
+    "models": ("tsm_ds.cli.bench_models",
+               "throughput, FLOPs, parameters, gradient bytes: TSM vs TSN vs I3D vs torchvision"),
+    "data": ("tsm_ds.cli.bench_data",
+             "clip loader throughput: decoders, workers, training items per core by data format"),
     "comm": ("tsm_ds.cli.bench_comm", "gradient communication: bytes and time per step, fp32 / bf16 / 1-bit"),
     "scale": ("tsm_ds.cli.bench_scale", "analytic scaling model: 6 -> 1,536 GPUs, TSM vs I3D, what-ifs"),
     "large-batch": ("tsm_ds.cli.bench_large_batch", "accuracy against the global batch (8 -> 512 clips), "

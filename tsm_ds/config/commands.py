@@ -27,8 +27,8 @@ PLAN = Command(prog="tsm-ds config", description="The engine JSON a training run
                "launching it.", sections=("plan", "schedule"),
                fields=("engine.deepspeed_config", "model.arch", "model.num_classes", "model.num_segments",
                        "model.shift", "model.shift_div", "model.shift_place", "model.temporal_pool",
-                       "model.dropout", "model.partial_bn", "model.pretrained", "distributed.dist_timeout", "distributed.step_timeout",
-                       "distributed.startup_timeout"),
+                       "model.dropout", "model.partial_bn", "model.pretrained", "distributed.dist_timeout",
+                       "distributed.step_timeout", "distributed.startup_timeout"),
                defaults={"model.num_classes": 400},
                required=("engine.deepspeed_config", "plan.world_size", "plan.train_samples"),
                exclude=("schedule.seed", "schedule.eval_every", "schedule.eval_max_clips"))

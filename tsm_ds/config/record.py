@@ -99,7 +99,8 @@ def check_value(info: Any, value: Any, *, source: str, key: str) -> Any:
         el = inner[0] if inner else None
         for v in value:
             if (el is float and (isinstance(v, bool) or not isinstance(v, (int, float)))) or \
-                    (el is int and (isinstance(v, bool) or not isinstance(v, int))) or (el is str and not isinstance(v, str)):
+                    (el is int and (isinstance(v, bool) or not isinstance(v, int))) or \
+                    (el is str and not isinstance(v, str)):
                 raise wrong(f"a list of {el.__name__}")
         value = tuple(value) if origin is tuple else list(value)
     choices = info.meta.get("choices")

@@ -98,7 +98,8 @@ class BenchDataConfig:
     ``data.data`` (``$TSM_DS_DATA``, else ../shared/data/videos)."""
 
     out_dir: str = opt("bench_out", "where data.json / data.md go")
-    quick: bool = opt(False, "1-minute generated video, 3 repetitions; format table: 2-s clips, 3 real clips, 1 repetition")
+    quick: bool = opt(False, "1-minute generated video, 3 repetitions; format table: 2-s clips, 3 real clips, "
+                             "1 repetition")
     reps: int | None = opt(None, "repetitions (default 5; quick 3)")
     minutes: float | None = opt(None, "generated video length (default 5; quick 1)")
     cache: str | None = opt(None, "folder for the generated videos (default <out-dir>/bench_videos)")
@@ -387,7 +388,8 @@ BENCH_SCALE = Command(
 
 BENCH_LARGE_BATCH = Command(
     prog="tsm-ds bench large-batch", sections=("bench_large_batch",), fields=("schedule.micro_batch_size",),
-    description="Trains TSM on the motion demo data (preset 'hard': 8 classes, per-clip size / speed / noise, low contrast, distractors) at global\n"
+    description="Trains TSM on the motion demo data (preset 'hard': 8 classes, per-clip size / speed / noise, "
+                "low contrast, distractors) at global\n"
                 "batches 8 / 64 / 512 (world size 1, fixed micro-batch x gradient accumulation, the same clips at\n"
                 "every batch) with four recipes: (a) SGD at the base batch's lr (--sgd-lrs) and no scaling, (b)\n"
                 "SGD with the linear rule and warm-up, (c) LARS, (d) LAMB with its square-root rule; final and best\n"
@@ -431,8 +433,8 @@ DOCTOR = Command(
 
 PREPARE = Command(prog="tsm-ds prepare", sections=("prepare",),
                   fields=("data.dataset", "data.dataset_split", "data.frame_template", "data.classes"),
-                  description="Pack, re-encode or extract JPEG frames of a video dataset and write lists; on many nodes in "
-                              "parts (--part I/N or a SLURM array job), then --merge.")
+                  description="Pack, re-encode or extract JPEG frames of a video dataset and write lists; "
+                              "on many nodes in parts (--part I/N or a SLURM array job), then --merge.")
 
 CHECK_VIDEOS = Command(prog="tsm-ds check-videos", sections=("check_videos",),
                        description="Scan a dataset and report the files the loader cannot use.")

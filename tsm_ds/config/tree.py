@@ -78,7 +78,8 @@ class DataConfig:
                                   "workers and runs (default: in memory only)", env="TSM_DS_INDEX_CACHE")
     index_cache_size: int = opt(8192, "frame indexes kept in memory per process", env="TSM_DS_INDEX_CACHE_SIZE")
     malloc_trim: bool = opt(True, "return freed heap to the system after every item (glibc malloc_trim; "
-                            "docs/performance.md: memory in long epochs)", flag="--no-malloc-trim", env="TSM_DS_MALLOC_TRIM")
+                            "docs/performance.md: memory in long epochs)", flag="--no-malloc-trim",
+                            env="TSM_DS_MALLOC_TRIM")
     cache_decoded: bool = opt(False, "decode every video once before training and keep its frames in memory "
                               "(frame sampling, crops and flips are still drawn per epoch); for small datasets")
     cache_decoded_max_mb: float = opt(4096.0, "size limit of --cache-decoded per rank (MiB of decoded frames); "

@@ -43,8 +43,9 @@ def load_records(source: str, root: str | None = None):
 
 
 def check_file(path: str, num_frames: int | None = None, full: bool = False) -> dict:
-    """Check one video (or frame folder, or pack: ``full`` decodes every frame with the pack reader). Returns a flat dict: path, status, reason, num_frames
-    (packet count), decodable (frames decoded; full mode only), width, height, seekable."""
+    """Check one video (or frame folder, or pack: ``full`` decodes every frame with the pack reader).
+    Returns a flat dict: path, status, reason, num_frames (packet count), decodable (frames decoded;
+    full mode only), width, height, seekable."""
     from . import video as D
     from .sampling import tsn_val_indices
 

@@ -97,7 +97,8 @@ class VideoClipDataset(Dataset):
     def __init__(self, records: Sequence[VideoRecord], *, num_segments: int = 8,
                  mode: str = "train", img_size: int = 224, sampling: str = "tsn",
                  flip: bool = True, seed: int = 0, num_clips: int = 1, num_crops: int = 1,
-                 full_res: bool | None = None, resize: str = "box", twice_sample: bool = False, dense_window: int = 64, max_replacements: int = 20,
+                 full_res: bool | None = None, resize: str = "box", twice_sample: bool = False,
+                 dense_window: int = 64, max_replacements: int = 20,
                  thread_count: int = 1, train_short_side: int | None | str = "auto",
                  scale_size: int | None = None, decode_short_side: int | None | str = "auto",
                  decode_device: str | None = None):
@@ -124,7 +125,8 @@ class VideoClipDataset(Dataset):
         self.thread_count = thread_count
         self.img_size = int(img_size)  # recorded with checkpoints so that the tools use the trained size
         self.transform = ClipTransform(mode, img_size, flip=flip, num_crops=num_crops,
-                                       full_res=full_res, resize=resize, train_short_side=train_short_side, scale_size=scale_size)
+                                       full_res=full_res, resize=resize, train_short_side=train_short_side,
+                                       scale_size=scale_size)
         if decode_short_side == "auto":
             decode_short_side = (self.transform.train_short_side if mode == "train"
                                  else None if resize == "official" else self.transform.scale_size)

@@ -54,8 +54,8 @@ interrupted run leaves no half-written output and a rerun skips what is done (a 
 but whose header or index is damaged, or that was written with another ``--short-side`` or
 ``--quality``, is written again; damage inside a frame is found when the frame is read: the item
 is replaced and the file named, and deleting the pack makes the next prepare write it again).
-Files that cannot be read are skipped and listed in ``OUT/prepare_report.json`` (and printed); nothing is dropped silently. Runs ``workers``
-processes with a tqdm progress bar.
+Files that cannot be read are skipped and listed in ``OUT/prepare_report.json`` (and printed);
+nothing is dropped silently. Runs ``workers`` processes with a tqdm progress bar.
 """
 from __future__ import annotations
 

@@ -288,8 +288,8 @@ def merge_parts(records, src_root: str, out_root: str, *, classes=None,
             if extra:
                 what.append(f"{len(extra)} not in its share of the source ({_examples(extra)})")
             raise PartsError(f"--merge: part {i} of {n} ({part_report_path(out_root, i, n).name}) does not hold its "
-                             f"share of the sorted source: {'; '.join(what) or 'a different order'}. The source changed "
-                             f"after the parts ran: rerun every part (finished videos are skipped)")
+                             f"share of the sorted source: {'; '.join(what) or 'a different order'}. "
+                             f"The source changed after the parts ran: rerun every part (finished videos are skipped)")
     by_src: dict[str, list[dict]] = {}
     for i in range(n):
         for row in reports[i]["files"]:

@@ -243,7 +243,8 @@ def read_video_list(path: str | os.PathLike, root: str | os.PathLike | None = No
 def write_video_list(path: str | os.PathLike, records: list[VideoRecord], *,
                      root: str | os.PathLike | None = None) -> None:
     """Write records as a list file (``path label``, or ``dir num_frames label`` for records with
-    num_frames), paths relative to ``root`` when given. Written atomically (:func:`tsm_ds.utils.io.atomic_write_text`)."""
+    num_frames), paths relative to ``root`` when given. Written atomically
+    (:func:`tsm_ds.utils.io.atomic_write_text`)."""
     path = Path(path)
     lines = []
     for r in records:

@@ -185,8 +185,9 @@ def normalize_batch(clip: torch.Tensor, mean: Sequence[float] = IMAGENET_MEAN,
     Args:
         clip: uint8 (..., 3, H, W), e.g. (N, T, 3, S, S) or (N, V, T, 3, C, C) as the DataLoader
             stacks :class:`ClipTransform` outputs; or a :class:`~tsm_ds.data.packed_batch.PackedBatch`
-            (``--decode-device``), decoded, cropped and resized first on its decode device. A floating tensor is taken as already normalised
-            (hand-made datasets, synthetic batches) and only moved and cast.
+            (``--decode-device``), decoded, cropped and resized first on its decode device. A floating
+            tensor is taken as already normalised (hand-made datasets, synthetic batches) and only
+            moved and cast.
         mean, std: per-channel values for pixels in [0, 1] (the dataset's
             ``normalization``; ImageNet by default).
         device: where the result goes (None: where ``clip`` is); the uint8 batch is moved first,

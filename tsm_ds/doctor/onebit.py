@@ -94,7 +94,8 @@ def onebit_device_check(device: str, *, numel: int = 1 << 20, steps: int = 3, wo
             try:
                 out.append(q.get(timeout=max(1.0, deadline - time.monotonic())))
             except queue_mod.Empty:
-                raise RuntimeError(f"1-bit check: {world - len(out)} rank(s) did not report in {timeout:.0f} s") from None
+                raise RuntimeError(f"1-bit check: {world - len(out)} rank(s) did not report in "
+                                   f"{timeout:.0f} s") from None
             if time.monotonic() > deadline:
                 raise RuntimeError(f"1-bit check: no result in {timeout:.0f} s")
         procs.join(timeout=60)

@@ -123,7 +123,8 @@ def _advice(results: dict, v: dict[str, Any], cuda: bool) -> list[dict[str, Any]
                     t += f" (then {a.n('data', 'workers_needed_reencoded', 'count')} workers per device)"
                 out.append(a.done(t))
             else:
-                out.append(a.done(f"preparing (`{d.get('reencode_command', 'tsm-ds prepare SRC OUT --short-side 256')}`) measured "
+                cmd = d.get("reencode_command", "tsm-ds prepare SRC OUT --short-side 256")
+                out.append(a.done(f"preparing (`{cmd}`) measured "
                                   f"{a.n('data', 'reencode_speedup')} on a sample: these files are already cheap "
                                   f"to decode; fewer frames per clip (--num-segments), a smaller --img-size or "
                                   f"more cores per device are what is left"))

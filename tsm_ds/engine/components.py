@@ -1,6 +1,7 @@
 """The components a training run gets by default (:func:`default_hooks`): the stop signal, the hang
-watchdog, the TensorBoard monitor, the validation cadence, and the test hooks and step callback its settings ask for; each
-one is a :class:`tsm_ds.engine.hooks.TrainHook` handed to the trainer when it is built."""
+watchdog, the TensorBoard monitor, the validation cadence, and the test hooks and step callback its
+settings ask for; each one is a :class:`tsm_ds.engine.hooks.TrainHook` handed to the trainer when it
+is built."""
 from __future__ import annotations
 
 import os
@@ -29,7 +30,8 @@ def default_hooks(s: TrainSettings, *, extra: tuple[TrainHook, ...] = ()) -> Hoo
     """
     hooks: list[TrainHook] = [
         StopSignal(tuple(s.stop_signals)),
-        Watchdog(s.run_dir, rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "0")) or None,
+        Watchdog(s.run_dir, rank=int(os.environ.get("RANK", "0")),
+                 world_size=int(os.environ.get("WORLD_SIZE", "0")) or None,
                  step_timeout=s.step_timeout, startup_timeout=s.startup_timeout, test_hang=s.test_hang),
         Monitor(),
         EvalCadence(s.eval_every),

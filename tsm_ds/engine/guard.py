@@ -180,7 +180,8 @@ class DivergenceGuard:
             return f"gradient norm is {grad_norm}"
         limit = self.threshold()
         if loss > limit:
-            return (f"loss {loss:.4g} > {self.s.factor:g} x max(running median {median(self.history) if self.history else float('nan'):.4g}, "
+            return (f"loss {loss:.4g} > {self.s.factor:g} x max(running median "
+                    f"{median(self.history) if self.history else float('nan'):.4g}, "
                     f"chance ln K {self.chance:.4g}) = {limit:.4g} (--divergence-factor)")
         reason = self._stuck(float(loss), step)
         if reason:

@@ -147,7 +147,8 @@ def rendezvous(rank: int, world: int, *, addr: str, port: int, timeout_s: float,
                                   f"({type(e).__name__}: {e}): another job may hold MASTER_PORT={port}: pick "
                                   f"another (--master_port, launch scripts: MASTER_PORT)") from e
         raise RendezvousError(
-            f"rank {rank} on {me['host']} could not reach rank 0's rendezvous at {addr}:{port} within {timeout_s:.0f} s "
+            f"rank {rank} on {me['host']} could not reach rank 0's rendezvous at {addr}:{port} "
+            f"within {timeout_s:.0f} s "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): rank 0 did not start or failed "
             f"first (see its log), or {addr} is not reachable from {me['host']} (set MASTER_ADDR to an address of "
             f"node 0 every host reaches, and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to that interface)") from e

@@ -93,7 +93,8 @@ class UntrustedCheckpointError(ValueError):
             f"{self.path} asks to unpickle {global_name}, which tsm_ds does not load from a checkpoint: "
             "unpickling it could run code stored in the file (checkpoints are read with torch.load "
             "weights_only=True, which builds tensors, numbers, strings, containers and the few DeepSpeed "
-            "and numpy classes tsm_ds's own checkpoints hold). If you know where this checkpoint came from and trust it, pass "
+            "and numpy classes tsm_ds's own checkpoints hold). If you know where this checkpoint came from "
+            "and trust it, pass "
             "--trust-checkpoint to load it with full unpickling")
 
 

@@ -318,8 +318,9 @@ def write_run_result(run_dir: str | Path, status: str, fields: dict, *, log=None
 
 def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, filled: dict, *, world: int,
                        steps_per_epoch: int, total_steps: int, groups: list, hosts: list[str]) -> None:
-    """Write ``<run>/config.json`` (rank 0): ``s.record`` (the configuration tree, the split), the engine JSON as given and as resolved, what
-    ``"auto"`` became, world size, steps, per-group lrs, provenance and the hosts of every rank.
+    """Write ``<run>/config.json`` (rank 0): ``s.record`` (the configuration tree, the split), the
+    engine JSON as given and as resolved, what ``"auto"`` became, world size, steps, per-group lrs,
+    provenance and the hosts of every rank.
 
     A resumed run keeps the first record and writes ``config.resumed-<time>.json`` beside it.
     ``groups``: ``[(name, param group dict with "lr", "lr_mult", "weight_decay")]``; the record's

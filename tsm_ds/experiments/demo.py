@@ -190,7 +190,8 @@ def run_training(cmd: list[str], log_path: Path, tag: str, env: dict,
         except (OSError, ValueError):
             result = None
         if result is not None and result.get("status") != "completed":
-            errors.insert(0, f"{result_path}: status {result.get('status')}: {result.get('reason') or result.get('error')}")
+            errors.insert(0, f"{result_path}: status {result.get('status')}: "
+                             f"{result.get('reason') or result.get('error')}")
             result = None
     if code != 0 or result is None:
         first = "\n".join(dict.fromkeys(errors[:5]))  # the first distinct error lines (ranks repeat them)

@@ -109,7 +109,8 @@ def set_index_cache_dir(path: str | os.PathLike | None) -> None:
     """Also keep frame indexes on disk under ``path`` (shared by DataLoader workers and runs).
 
     ``None`` keeps them in this process only (the default; the train command sets it from
-    ``--index-cache`` / ``TSM_DS_INDEX_CACHE``). Entries are keyed by (real path, size, mtime), so edited files re-index.
+    ``--index-cache`` / ``TSM_DS_INDEX_CACHE``). Entries are keyed by (real path, size, mtime), so
+    edited files re-index.
     """
     global _index_cache_dir
     _index_cache_dir = None if path is None else str(path)

@@ -10,8 +10,9 @@ every batch, four recipes, every run through ``tsm_ds.train`` and the DeepSpeed 
 
 The default study (docs/large-batch.md): the ``hard`` preset of the demo data (8 classes,
 per-clip object size, speed and noise from easy to hard, low contrast, full clutter: batch 8 must
-not solve it perfectly), batches 8 / 64 / 512 with 25,600 clips per run (50 steps at 512), 2,000 validation clips, evaluations every quarter epoch (time to 95 % of
-the best batch-8 accuracy), a 4x longer batch-8 run (the task's calibration) and the scaling
+not solve it perfectly), batches 8 / 64 / 512 with 25,600 clips per run (50 steps at 512), 2,000
+validation clips, evaluations every quarter epoch (time to 95 % of the best batch-8 accuracy), a
+4x longer batch-8 run (the task's calibration) and the scaling
 model's 1,536-GPU projection; estimated 2.2 h on the 2-core machine (:func:`.grid.estimate_seconds`).
 The previous study (easy data, batches 8 / 32 / 128) saturated at 100 %.
 

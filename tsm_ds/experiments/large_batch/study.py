@@ -107,8 +107,8 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
         overwrite: rerun runs already recorded in ``rows/``.
         keep_checkpoints: keep every run's checkpoints and exported models (deleted otherwise).
         calibrate_only: run the SGD sweep and the headroom run only (the task's calibration, the
-            study's first part: ~1.0 h of the 2.2 h, the headroom run alone after the sweep), report them, stop; a later call
-            without it reuses both.
+            study's first part: ~1.0 h of the 2.2 h, the headroom run alone after the sweep), report
+            them, stop; a later call without it reuses both.
         results_dir: also copy ``large_batch.json`` / ``.md`` / ``.png`` there (a tracked folder,
             e.g. ``results/large_batch``; see :func:`publish`); None: only ``out``.
         record: stored as ``args`` in the JSON (the command line).

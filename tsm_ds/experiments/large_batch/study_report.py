@@ -157,8 +157,8 @@ def points_table(points: Sequence[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         seeds = ", ".join(
-            (f"s{s}: {v:.1f}" if v is not None else f"s{s}: " + ("diverged" if any(d.startswith(f"seed {s}:")
-                                                                                  for d in p["diverged"]) else "failed"))
+            (f"s{s}: {v:.1f}" if v is not None
+             else f"s{s}: " + ("diverged" if any(d.startswith(f"seed {s}:") for d in p["diverged"]) else "failed"))
             for s, v in zip(p["seeds"], p["val_top1"]))
         if p["diverged"]:
             seeds += " (" + "; ".join(f"diverged at {d.split(': ')[1]}" for d in p["diverged"]) + ")"
@@ -356,7 +356,8 @@ def projection(points: Sequence[dict], base_batch: int, largest: int) -> dict:
     ref = calibrate(w, summit, gpus=PAPER["single_node_gpus"], time_s=PAPER["single_node_time_s"])
     model_s = step_breakdown(w, summit, PAPER["large_scale_gpus"], ref)["train_time_s"]
     out: dict = {"gpus": PAPER["large_scale_gpus"], "model_time_s": model_s, "model_time": format_duration(model_s),
-                 "paper_time_s": PAPER["large_scale_time_s"], "paper_time": format_duration(PAPER["large_scale_time_s"]),
+                 "paper_time_s": PAPER["large_scale_time_s"],
+                 "paper_time": format_duration(PAPER["large_scale_time_s"]),
                  "recipe": None, "base_recipe": None, "base_clips": None, "large_clips": None, "large_steps": None,
                  "inflation": None, "projected_time_s": None, "projected_time": None}
 
