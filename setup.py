@@ -32,7 +32,8 @@ setup(
     package_data={"tsm_ds.ds_configs": ["*.json"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest>=8"],
+        # ruff: the linter tests/test_lint.py runs (ruff.toml), pinned so that a new release's rules do not fail CI
+        "test": ["pytest>=8", "ruff==0.17.6"],
         # other video decoders, compared side by side in `tsm-ds bench data` (torchcodec also needs
         # FFmpeg shared libraries from the system: apt-get install libavcodec59 libavformat59 ...)
         "bench": ["torchcodec", "decord"],

@@ -5,7 +5,6 @@ the params ``resolve_config`` fills, on an optimizer whose groups carry fc x5 / 
 """
 from __future__ import annotations
 
-
 import pytest
 import torch
 
