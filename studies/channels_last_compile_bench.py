@@ -3,7 +3,7 @@
 ``python studies/channels_last_compile_bench.py [--reps 15] [--threads 1] [--no-compile]`` builds
 TSM-ResNet-18 (8 segments, 400 classes, dropout 0.5) and times one training step (forward,
 cross-entropy, backward, SGD momentum step) on 2 clips of 112 px for four copies of the same
-weights: default, channels-last inputs (:func:`tsm_ds.engine.model_prep.clip_to_channels_last`),
+weights: default, channels-last inputs (:func:`tsm_ds.engine.loop.model_prep.clip_to_channels_last`),
 ``nn.Module.compile`` (inductor; what DeepSpeed's ``engine.compile()`` does) and both. The first
 step of each (warm-up; for the compiled ones, the graph compile) is reported apart; then the
 variants run interleaved (order reversed every other repetition) and the medians are compared:
@@ -26,7 +26,7 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    from tsm_ds.engine.model_prep import clip_to_channels_last
+    from tsm_ds.engine.loop.model_prep import clip_to_channels_last
     from tsm_ds.models import build_model
 
     torch.manual_seed(0)

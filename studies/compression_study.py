@@ -7,7 +7,7 @@ steps of 32 samples per rank at a constant learning rate, once per (optimizer, c
 pair and seed, and reports the final full-data cross-entropy (chance: ln 8 = 2.079).
 
 Communication: ``fp32`` (exact mean of the gradients) or ``onebit c=<chunk_size>``
-(:class:`tsm_ds.engine.compression.OneBitCompressor`, freeze_step 20). Optimizers: SGD momentum
+(:class:`tsm_ds.engine.comm.compression.OneBitCompressor`, freeze_step 20). Optimizers: SGD momentum
 0.9 lr 0.05, SGD without momentum lr 0.05, ``timm.optim.Lamb`` lr 0.01, ``timm.optim.Lars`` lr 2.
 
 It is a small-scale sanity study (minutes on 2 CPU cores), not evidence about TSM on Kinetics.
@@ -48,7 +48,7 @@ def _optimizer(name: str, params):
 
 
 def _rank(rank: int, port: int, runs, seeds: int, steps: int, queue) -> None:
-    from tsm_ds.engine.compression import OneBitCompressor
+    from tsm_ds.engine.comm.compression import OneBitCompressor
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)

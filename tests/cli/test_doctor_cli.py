@@ -127,7 +127,8 @@ def test_gpu_check_dry_run(tmp_path, clips):
 def test_recipe_smoke_checks_that_the_checkpoint_loads_weights_only(tmp_path):
     """cpu_zero1's optimizer states pickle DeepSpeed classes (allowlisted); with one of them taken off the
     allowlist (a DeepSpeed upgrade that pickles a new class), the recipe fails, naming the file and class."""
-    code = ("import sys; from tsm_ds.engine import safe_load; safe_load.SAFE_GLOBALS.pop(sys.argv[1], None); "
+    code = ("import sys; from tsm_ds.engine.checkpoint import safe_load; "
+            "safe_load.SAFE_GLOBALS.pop(sys.argv[1], None); "
             "from tsm_ds.cli import doctor; sys.exit(doctor.main(sys.argv[2:]))")
     args = ["--only", "recipes", "--recipes", "--recipe-names", "cpu_zero1", "--recipe-steps", "1", "--num-segments",
             "2", "--no-progress"]
@@ -150,7 +151,7 @@ def test_recipe_smoke_checks_that_the_checkpoint_loads_weights_only(tmp_path):
 
 @pytest.mark.slow
 def test_communication_under_the_launcher(tmp_path):
-    from tsm_ds.engine.dist import free_port
+    from tsm_ds.engine.comm.dist import free_port
 
     port = free_port()
     cmd = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--master_port", str(port),

@@ -90,7 +90,7 @@ def test_wheel_holds_every_module_and_the_recipes(installed):
 
 def test_installed_package_and_recipes_come_from_site(installed):
     site = installed["site"].resolve()
-    code = ("import tsm_ds, tsm_ds.engine.recipes as c\n"
+    code = ("import tsm_ds, tsm_ds.engine.config.recipes as c\n"
             "print(tsm_ds.__file__)\n"
             "print(c.resolve_recipe('cpu_fp32').resolve())\n")
     out = _run([sys.executable, "-c", code], cwd=installed["cwd"], env=_user_env(site)).stdout.split()

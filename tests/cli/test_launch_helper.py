@@ -244,7 +244,8 @@ def test_output_dir_as_train_py_parses_it(tmp_path):
 # -------------------------------------------------------------------------------- exit statuses
 
 def test_exit_statuses_are_one_table():
-    from tsm_ds.engine import guard, preempt, watchdog
+    from tsm_ds.engine.guards import divergence as guard
+    from tsm_ds.engine.guards import preempt, watchdog
 
     assert (exits.EXIT_OK, exits.EXIT_CONFIG, exits.EXIT_DIVERGED, exits.EXIT_SAVE_FAILED, exits.EXIT_RENDEZVOUS,
             exits.EXIT_HUNG, exits.EXIT_PREEMPTED) == (0, 2, 3, 4, 5, 6, 75)

@@ -15,7 +15,7 @@ from tsm_ds import train
 from tsm_ds.cli.train import parse_config, select_data
 from tsm_ds.data import splits
 from tsm_ds.data.splits import build_datasets
-from tsm_ds.engine.dist import set_accelerator_env, set_threads
+from tsm_ds.engine.comm.dist import set_accelerator_env, set_threads
 
 
 def _cfg(argv, environ=None):
@@ -144,7 +144,7 @@ def test_no_data_message(monkeypatch, tmp_path):
 
 
 def test_tune_from_replaces_head_when_classes_differ(tmp_path):
-    from tsm_ds.engine.checkpoint import load_finetune_weights, save_weights_export
+    from tsm_ds.engine.checkpoint.manager import load_finetune_weights, save_weights_export
     from tsm_ds.models import build_model
     torch.manual_seed(0)
     src = build_model("resnet18", 5, num_segments=2)
@@ -181,7 +181,7 @@ class _FailingEngine:
 
 
 def test_failed_save_keeps_previous_checkpoint(tmp_path):
-    from tsm_ds.engine.checkpoint import CheckpointManager, CheckpointSaveError
+    from tsm_ds.engine.checkpoint.manager import CheckpointManager, CheckpointSaveError
     m = CheckpointManager(tmp_path, keep_last=1)
     for step in (1, 2):
         m.save(_FailingEngine(False), step=step, client_state={}, rank_state={"x": step}, best_tag=None)
@@ -223,7 +223,7 @@ def test_demo_dataset_fallback(monkeypatch, tmp_path):
 
 
 def test_resume_with_another_world_size_is_refused(tmp_path):
-    from tsm_ds.engine.checkpoint import CheckpointManager
+    from tsm_ds.engine.checkpoint.manager import CheckpointManager
     CheckpointManager(tmp_path, keep_last=2).save(_FailingEngine(False), step=5, client_state={}, rank_state={},
                                                   best_tag=None)
     meta = tmp_path / "step00000005" / "complete.json"

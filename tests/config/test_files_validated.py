@@ -74,7 +74,7 @@ def test_train_with_a_hand_edited_config_exits_2_with_one_line(tmp_path, caplog)
 ])
 def test_engine_json_tsm_block_checked_at_load(tmp_path, capsys, edit, expected):
     from tsm_ds.cli import config as config_cli
-    from tsm_ds.engine.recipes import ConfigError, load_config
+    from tsm_ds.engine.config.recipes import ConfigError, load_config
 
     d = load_config("cpu_sgd_large_batch")
     edit(d)

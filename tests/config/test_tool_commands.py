@@ -166,7 +166,7 @@ def test_bench_comm_worker_argv_round_trips():
 
 
 def test_large_batch_runs_are_training_command_lines(tmp_path):
-    from tsm_ds.engine.guard import EXIT_DIVERGED
+    from tsm_ds.engine.guards.divergence import EXIT_DIVERGED
     from tsm_ds.experiments.large_batch.grid import QUICK, RunSpec
     from tsm_ds.experiments.large_batch.runs import TRAIN_MODULE, train_command
 

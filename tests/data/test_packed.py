@@ -252,7 +252,7 @@ def test_evaluation_leaves_out_items_of_unreadable_files(tmp_path):
     from torch.utils.data import DataLoader
 
     from tsm_ds.data.records import VideoRecord
-    from tsm_ds.engine.evaluate import gather_predictions
+    from tsm_ds.engine.loop.evaluate import gather_predictions
 
     recs = []
     for v in range(4):

@@ -153,7 +153,7 @@ def test_sampler_drives_the_shard_reader_clip_count_and_resume(packs):
     """Which samples the shard reader serves is what ResumableDistributedSampler decides: per epoch
     each index at most once over 2 ranks except the padding (< world size), and resuming mid-epoch
     at world size 1 reads exactly the remaining indices of the uninterrupted 2-rank epoch."""
-    from tsm_ds.engine.settings import ResumableDistributedSampler
+    from tsm_ds.engine.loop.loaders import ResumableDistributedSampler
 
     sp = resolve_split(data=packs / "shards", val_fraction=0.0)
     ds, _ = build_datasets(sp, num_segments=2, img_size=24, seed=3)

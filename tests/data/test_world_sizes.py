@@ -65,7 +65,7 @@ def _decoded(batch) -> torch.Tensor:
 def _epoch(split, *, world: int, rank: int, decode_device, monkeypatch) -> dict:
     """This rank's items of epoch EPOCH through the trainer's loaders (2 DataLoader workers, forked
     under this rank's environment): {"train": {index: item}, "val": {index: item}}."""
-    from tsm_ds.engine.settings import build_loaders
+    from tsm_ds.engine.loop.loaders import build_loaders
 
     for k, v in dict(WORLD_SIZE=world, RANK=rank, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world, GLOBAL_RANK=rank).items():
         monkeypatch.setenv(k, str(v))

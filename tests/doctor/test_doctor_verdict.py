@@ -13,7 +13,7 @@ from tsm_ds.doctor import compute as dcompute
 from tsm_ds.doctor import data as ddata
 from tsm_ds.doctor.core import run_sections
 from tsm_ds.doctor.doctor_report import build_report, write_report
-from tsm_ds.engine.recipes import load_config
+from tsm_ds.engine.config.recipes import load_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FACTOR = re.compile(r"(?<![\w.])x\d+(?:\.\d+)?")

@@ -16,9 +16,9 @@ import torch
 from tsm_ds.config import Config, parse
 from tsm_ds.config.cadence import parse_eval_every
 from tsm_ds.config.commands import TRAIN
-from tsm_ds.engine.cadence import EvalCadence, subset_indices, val_subset
-from tsm_ds.engine.hooks import Hooks, TrainHook
-from tsm_ds.engine.settings import TrainSettings
+from tsm_ds.engine.loop.cadence import EvalCadence, subset_indices, val_subset
+from tsm_ds.engine.loop.hooks import Hooks, TrainHook
+from tsm_ds.engine.loop.settings import TrainSettings
 
 
 def _points(every: str, steps_per_epoch: int, epochs: int) -> list[int]:
@@ -94,7 +94,7 @@ def test_subset_is_seeded_fixed_and_its_loader_yields_exactly_it():
 
 
 def test_validate_selects_best_on_the_subset():
-    from tsm_ds.engine.evaluate import validate
+    from tsm_ds.engine.loop.evaluate import validate
 
     class Lin(torch.nn.Module):
         def __init__(self):

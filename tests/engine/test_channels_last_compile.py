@@ -91,9 +91,9 @@ class Clips(torch.utils.data.Dataset):
 def _run_scenario(sc: dict) -> None:
     import torch.distributed as dist
 
-    from tsm_ds.engine.model_prep import is_channels_last
-    from tsm_ds.engine.recipes import load_config
-    from tsm_ds.engine.trainer import Trainer, TrainSettings
+    from tsm_ds.engine.config.recipes import load_config
+    from tsm_ds.engine.loop.model_prep import is_channels_last
+    from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
 
     torch.manual_seed(0)
     model = TinyTSM()

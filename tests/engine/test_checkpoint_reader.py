@@ -1,4 +1,4 @@
-"""The one checkpoint reader (tsm_ds.engine.checkpoint_reader.read_checkpoint): the same weights saved
+"""The one checkpoint reader (tsm_ds.engine.checkpoint.reader.read_checkpoint): the same weights saved
 as every kind (our export, torch.compile / DataParallel key prefixes, a bare state dict, an official
 TSM file, DeepSpeed run / checkpoints / tag directories, ZeRO-3) read back as equal tensors; the
 inference loader and --tune-from accept every kind through it; files that are not checkpoints are
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsm_ds.engine.checkpoint import load_finetune_weights, read_checkpoint, save_weights_export
+from tsm_ds.engine.checkpoint.manager import load_finetune_weights, read_checkpoint, save_weights_export
 from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.models import build_model
 from tsm_ds.models.official import official_key
@@ -53,7 +53,7 @@ def _ds_states(sd: dict, config: dict, **extra) -> dict:
 
 
 def _loss_scaler():
-    """DeepSpeed's fp16 loss scaler, a pickled object (allowlisted by tsm_ds.engine.safe_load)."""
+    """DeepSpeed's fp16 loss scaler, a pickled object (allowlisted by tsm_ds.engine.checkpoint.safe_load)."""
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
 
     return DynamicLossScaler(init_scale=65536.0, scale_window=1000, min_scale=1, delayed_shift=2,
@@ -148,7 +148,7 @@ def test_weights_only_with_deepspeeds_classes_allowlisted_others_refused(saved, 
         assert isinstance(obj["state_dict"], dict) and len(obj["state_dict"]) == len(saved["ref"])
     with pytest.raises(Exception, match="DynamicLossScaler"):   # DeepSpeed's own file pickles its objects
         torch.load(root / "run" / TAG2, weights_only=True)
-    assert read_checkpoint(root / "run").source == "deepspeed"   # allowlisted (tsm_ds.engine.safe_load)
+    assert read_checkpoint(root / "run").source == "deepspeed"   # allowlisted (tsm_ds.engine.checkpoint.safe_load)
     # any other object is refused, whatever the file's name, unless trusted
     states = torch.load(root / "run" / TAG2, weights_only=False)
     for name in ("states.pt", "mp_rank_00_model_states.pt"):
@@ -177,7 +177,7 @@ def test_load_for_inference_gives_the_same_model(saved, rel, overrides, source):
 def test_load_for_inference_needs_a_model_config(saved):
     bare = saved["root"] / "bare.pt"
     with pytest.raises(ValueError, match=re.escape(f"{bare}: no 'model_config' recorded with the weights: the model "
-                                                   "cannot be rebuilt; save it with tsm_ds.engine.checkpoint")):
+                                                   "cannot be rebuilt; save it with tsm_ds.engine.checkpoint.manager")):
         load_for_inference(bare)
     with pytest.raises(CheckpointError,
                        match=r"(?s)does not fit the model:.*new_fc.weight: \(400, 512\) vs \(5, 512\)"):

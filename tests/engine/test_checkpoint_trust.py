@@ -1,4 +1,4 @@
-"""Loading a checkpoint never runs code from it (issue 26; tsm_ds.engine.safe_load).
+"""Loading a checkpoint never runs code from it (issue 26; tsm_ds.engine.checkpoint.safe_load).
 
 A crafted run directory whose model-states file pickles ``os.system("touch MARKER")`` (a control step
 shows that full unpickling does run it) is refused by eval, predict, export, ``--tune-from`` and
@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tsm_ds.engine.safe_load import SAFE_GLOBALS, UntrustedCheckpointError, safe_globals
+from tsm_ds.engine.checkpoint.safe_load import SAFE_GLOBALS, UntrustedCheckpointError, safe_globals
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = f"{os.system.__module__}.system"   # the global the crafted pickle names (posix.system)
@@ -101,7 +101,7 @@ def test_allowlist_entries_import_and_say_which_files_need_them():
 @pytest.mark.parametrize("rel", ["run", "run/checkpoints", "run/checkpoints/step1",
                                  "run/checkpoints/step1/mp_rank_00_model_states.pt"])
 def test_reader_refuses_the_crafted_run_and_runs_nothing(crafted, rel):
-    from tsm_ds.engine.checkpoint import load_finetune_weights, read_checkpoint
+    from tsm_ds.engine.checkpoint.manager import load_finetune_weights, read_checkpoint
     from tsm_ds.inference.loading import load_for_inference
 
     path = crafted["run"].parent / rel
@@ -113,7 +113,7 @@ def test_reader_refuses_the_crafted_run_and_runs_nothing(crafted, rel):
 
 
 def test_trust_unpickles_in_full_with_a_warning_and_never_calls_it_zero3(crafted, tmp_path, caplog):
-    from tsm_ds.engine.checkpoint import read_checkpoint
+    from tsm_ds.engine.checkpoint.manager import read_checkpoint
 
     c = read_checkpoint(crafted["run"], trust=True)   # the old behaviour, asked for: the payload runs
     assert crafted["marker"].is_file()
@@ -161,7 +161,7 @@ def test_train_tune_from_refuses_the_crafted_run(crafted, shared_data, tmp_path,
 @pytest.mark.parametrize("evil", ["mp_rank_00_model_states.pt", "rank00000.pt"])
 def test_resume_checks_every_file_of_the_tag_before_deepspeed_reads_it(tmp_path, evil):
     """CheckpointManager.load refuses before the engine is touched (engine=None here), on every rank alike."""
-    from tsm_ds.engine.checkpoint import CheckpointManager
+    from tsm_ds.engine.checkpoint.manager import CheckpointManager
 
     marker = tmp_path / "MARKER"
     run = _crafted_run(tmp_path, marker)
@@ -182,7 +182,7 @@ def test_resume_checks_every_file_of_the_tag_before_deepspeed_reads_it(tmp_path,
 def test_deepspeeds_own_loads_are_forced_weights_only_inside_the_scope(crafted, monkeypatch):
     """DeepSpeed passes weights_only=False itself: inside weights_only_loading that load is refused too
     (naming the checkpoint given), and torch's environment switches are restored afterwards."""
-    from tsm_ds.engine.safe_load import weights_only_loading
+    from tsm_ds.engine.checkpoint.safe_load import weights_only_loading
 
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")   # a user's setting: lifted inside, kept after
     monkeypatch.delenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", raising=False)
@@ -250,13 +250,13 @@ class Clips(torch.utils.data.Dataset):
 
 
 def _recipes() -> list[str]:
-    from tsm_ds.engine.recipes import recipe_names
+    from tsm_ds.engine.config.recipes import recipe_names
 
     return [n for n in recipe_names() if not n.startswith("gpu_")] + ["zero3"]
 
 
 def _engine_json(name: str) -> dict:
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
 
     if name in ("zero3", "zero3_resnet18"):   # no shipped recipe: cpu_zero1 at stage 3 (partitioned parameters)
         return {**load_config("cpu_zero1"), "zero_optimization": {"stage": 3}}
@@ -266,7 +266,7 @@ def _engine_json(name: str) -> dict:
 def _worker(spec: dict) -> None:
     """A plain ``python`` process (a world of one): per recipe, train 2 steps (a checkpoint), then resume
     it for a 3rd step with the trainer's default (weights-only) loading; results to results.json."""
-    from tsm_ds.engine.trainer import Trainer, TrainSettings
+    from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
 
     torch.set_num_threads(1)
     out, results = Path(spec["out"]), {}
@@ -309,7 +309,7 @@ def test_every_cpu_recipe_resumes_weights_only(recipe_runs):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _recipes())
 def test_every_cpu_recipe_reads_and_tunes_from_weights_only(recipe_runs, name):
-    from tsm_ds.engine.checkpoint import load_finetune_weights, read_checkpoint
+    from tsm_ds.engine.checkpoint.manager import load_finetune_weights, read_checkpoint
 
     run = recipe_runs["out"] / name
     c, export = read_checkpoint(run), read_checkpoint(run / "last_model.pt")
@@ -326,7 +326,7 @@ def test_every_cpu_recipe_reads_and_tunes_from_weights_only(recipe_runs, name):
 def test_each_allowlisted_global_is_needed_and_together_they_suffice(recipe_runs):
     """Every file of every recipe's checkpoint loads weights-only with the allowlist; without any one
     entry (but fp16's, GPU-only) some file no longer loads."""
-    from tsm_ds.engine import safe_load
+    from tsm_ds.engine.checkpoint import safe_load
 
     files = sorted(f for name in _recipes() for f in (recipe_runs["out"] / name / "checkpoints").rglob("*.pt"))
     assert len(files) >= 2 * len(_recipes())

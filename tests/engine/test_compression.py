@@ -1,4 +1,4 @@
-"""Error-feedback 1-bit compressed all-reduce (tsm_ds.engine.compression).
+"""Error-feedback 1-bit compressed all-reduce (tsm_ds.engine.comm.compression).
 
 Single-process tests check packing, layout, quantiser and config errors; the 2-rank tests run two
 gloo processes (torch.multiprocessing spawn; the launcher + DeepSpeed engine test is in
@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tsm_ds.engine import compression as C
-from tsm_ds.engine.compression import (
+from tsm_ds.engine.comm import compression as C
+from tsm_ds.engine.comm.compression import (
     ChunkLayout,
     OneBitCompressor,
     build_compressor,
@@ -107,9 +107,9 @@ def test_config_block_and_removed_optimizers():
     assert build_compressor("none", None) is None
     with pytest.raises(ValueError, match="'twobit' is not supported"):
         build_compressor({"type": "twobit"}, None)
-    # the one validator (tsm_ds.engine.config_checks.validate_config) checks the block and its context
-    from tsm_ds.engine.config_checks import validate_config
-    from tsm_ds.engine.recipes import ConfigError
+    # the one validator (tsm_ds.engine.config.checks.validate_config) checks the block and its context
+    from tsm_ds.engine.config.checks import validate_config
+    from tsm_ds.engine.config.recipes import ConfigError
 
     adam = {"optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
     for name in ("OneBitAdam", "OneBitLamb", "ZeroOneAdam"):
@@ -136,7 +136,7 @@ def test_recipe_files_are_valid(name):
     import json
     from pathlib import Path
     cfg = json.loads((Path(__file__).resolve().parents[2] / "ds_configs" / name).read_text())
-    from tsm_ds.engine.config_checks import validate_config
+    from tsm_ds.engine.config.checks import validate_config
     validate_config({k: v for k, v in cfg.items() if k != "tsm_ds"}, cfg["tsm_ds"],
                     device="cuda" if name.startswith("gpu") else "cpu", has_batchnorm=True)
     assert C.parse_compression_block(cfg["tsm_ds"]["compression"]) == {"type": "onebit", "freeze_step": 100,

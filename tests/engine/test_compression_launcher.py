@@ -121,11 +121,11 @@ def _rank_main(out: Path) -> None:
     import torch
     import torch.distributed as dist
 
-    from tsm_ds.engine.compression import build_compressor
+    from tsm_ds.engine.comm.compression import build_compressor
 
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")
-    from tsm_ds.engine.dist import release_cpu_shm_at_exit
+    from tsm_ds.engine.comm.dist import release_cpu_shm_at_exit
     release_cpu_shm_at_exit()   # DeepSpeed leaves its 69 MB /dev/shm buffers otherwise
     rank = dist.get_rank()
     x, y, xs, ys = _data(rank)

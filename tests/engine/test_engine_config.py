@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds.engine.config import resolve_config, scaled_lr
-from tsm_ds.engine.config_checks import validate_config
-from tsm_ds.engine.recipes import ConfigError, load_config
+from tsm_ds.engine.config.checks import validate_config
+from tsm_ds.engine.config.recipes import ConfigError, load_config
+from tsm_ds.engine.config.resolve import resolve_config, scaled_lr
 
 REPO = Path(__file__).resolve().parents[2]
 MULTS = [1.0, 2.0, 1.0, 5.0, 10.0]  # weight, bias, bn, fc_weight, fc_bias (official TSM)
@@ -187,7 +187,7 @@ def test_load_config_errors(tmp_path):
 
 
 def test_recipe_by_name_or_path(tmp_path, monkeypatch):
-    from tsm_ds.engine.recipes import recipe_names, resolve_recipe
+    from tsm_ds.engine.config.recipes import recipe_names, resolve_recipe
 
     shipped = REPO / "ds_configs" / "cpu_fp32.json"
     monkeypatch.chdir(tmp_path)                       # names work from any directory

@@ -92,9 +92,9 @@ def tiny_groups(m, weight_decay):
 def _run_scenario(sc: dict) -> None:
     import torch.distributed as dist
 
-    from tsm_ds.engine.evaluate import gather_predictions
-    from tsm_ds.engine.recipes import load_config
-    from tsm_ds.engine.trainer import Trainer, TrainSettings
+    from tsm_ds.engine.config.recipes import load_config
+    from tsm_ds.engine.loop.evaluate import gather_predictions
+    from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
     out = Path(sc["out"])
     if sc["kind"] == "eval":
         from torch.utils.data import DataLoader, DistributedSampler
@@ -123,7 +123,7 @@ def _run_scenario(sc: dict) -> None:
                              resume=sc.get("resume"), save_every_steps=sc.get("save_every_steps", 0),
                              class_names=["a", "b", "c"], flags=sc["flags"], progress=False, step_callback=cb)
     recipe = REPO / "ds_configs" / sc["recipe"] if "recipe" in sc else RECIPE
-    from tsm_ds.engine import config as cfgmod
+    from tsm_ds.engine.config import resolve as cfgmod
     calls = []
     real_resolve = cfgmod.resolve_config
     cfgmod.resolve_config = lambda *a, **k: calls.append(1) or real_resolve(*a, **k)   # count the config passes
@@ -347,7 +347,7 @@ def test_eval_counts_every_sample_once(runs):
 
 
 def test_topk_accuracy_and_single_process_gather():
-    from tsm_ds.engine.evaluate import gather_predictions, topk_accuracy
+    from tsm_ds.engine.loop.evaluate import gather_predictions, topk_accuracy
     scores = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.15, 0.05], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
     labels = torch.tensor([1, 1, 0, 2])
     acc = topk_accuracy(scores, labels, ks=(1, 2))
@@ -378,7 +378,7 @@ def test_gather_predictions_normalises_uint8_batches_with_the_datasets_values():
     from torch.utils.data import DataLoader
 
     from tsm_ds.data.transforms import normalize_batch
-    from tsm_ds.engine.evaluate import gather_predictions, validate
+    from tsm_ds.engine.loop.evaluate import gather_predictions, validate
 
     class U8:   # a dataset of uint8 items with its own normalisation
         normalization = ((0.5, 0.25, 0.0), (0.5, 0.5, 1.0))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsm_ds.engine.config import resolve_config
-from tsm_ds.engine.optim import WarmupStepLR, apply_group_lrs, client_scheduler_factory
-from tsm_ds.engine.recipes import ConfigError
+from tsm_ds.engine.config.recipes import ConfigError
+from tsm_ds.engine.config.resolve import resolve_config
+from tsm_ds.engine.loop.optim import WarmupStepLR, apply_group_lrs, client_scheduler_factory
 
 MULTS = [1.0, 2.0, 1.0, 5.0, 10.0]
 LR = 0.1

@@ -41,7 +41,7 @@ def _rank_env(rank: int, port: int, **extra) -> dict:
 
 
 def test_stop_signal_flag_set_by_a_real_signal():
-    from tsm_ds.engine.preempt import StopSignal
+    from tsm_ds.engine.guards.preempt import StopSignal
 
     stop = StopSignal(("SIGUSR1",)).install()
     try:
@@ -55,7 +55,7 @@ def test_stop_signal_flag_set_by_a_real_signal():
 
 
 def test_missing_rank_hosts_from_the_hostfile_or_the_joined_ranks():
-    from tsm_ds.engine.rendezvous import missing_rank_hosts
+    from tsm_ds.engine.comm.rendezvous import missing_rank_hosts
 
     joined = {0: {"host": "a1"}, 1: {"host": "a1"}, 2: {"host": "b1"}}
     # 2 ranks per node: rank 3 shares node 1 with rank 2; ranks 4, 5 are node 2
@@ -66,7 +66,7 @@ def test_missing_rank_hosts_from_the_hostfile_or_the_joined_ranks():
 
 def test_dist_timeout_from_env_and_bad_values():
     from tsm_ds.cli.train import parse_config
-    from tsm_ds.engine.rendezvous import DEFAULT_TIMEOUT_S, dist_timeout_s
+    from tsm_ds.engine.comm.rendezvous import DEFAULT_TIMEOUT_S, dist_timeout_s
 
     assert dist_timeout_s() == DEFAULT_TIMEOUT_S == 300 and dist_timeout_s(7) == 7.0
     # the variable is read by the command line into distributed.dist_timeout; the flag wins

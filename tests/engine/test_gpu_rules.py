@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tsm_ds.engine.loaders import CPU_DEFAULT_WORKERS, GPU_MAX_WORKERS, default_num_workers, loader_options
+from tsm_ds.engine.loop.loaders import CPU_DEFAULT_WORKERS, GPU_MAX_WORKERS, default_num_workers, loader_options
 
 
 # ---------------------------------------------------------------- loaders
@@ -50,7 +50,7 @@ class _Epochs(torch.utils.data.Dataset):
 def test_persistent_workers_give_the_batches_of_fresh_workers_every_epoch():
     """The GPU loaders keep their workers across epochs: the epoch still reaches them, and every
     epoch's batches equal those of the CPU loaders (workers forked per epoch)."""
-    from tsm_ds.engine.settings import build_loaders
+    from tsm_ds.engine.loop.loaders import build_loaders
 
     def epochs(cuda):
         ds = _Epochs()
@@ -75,7 +75,7 @@ def test_persistent_workers_give_the_batches_of_fresh_workers_every_epoch():
 # ---------------------------------------------------------------- no host sync per micro-batch
 def test_step_stats_sum_on_the_device_without_reading_it():
     """Meta tensors cannot be read on the host: the micro-batch sums work on them, only as_list reads."""
-    from tsm_ds.engine.settings import StepStats
+    from tsm_ds.engine.loop.metrics import StepStats
 
     acc = StepStats()
     for _ in range(3):
@@ -96,7 +96,7 @@ def test_capped_validation_with_batched_decoding(tmp_path):
     TypeError in default_collate)."""
     from tsm_ds.data.splits import build_datasets, resolve_split
     from tsm_ds.data.video import write_packed
-    from tsm_ds.engine.cadence import val_subset
+    from tsm_ds.engine.loop.cadence import val_subset
 
     rng = np.random.default_rng(0)
     for c in ("a", "b"):
@@ -115,7 +115,7 @@ def test_capped_validation_with_batched_decoding(tmp_path):
 def test_comm_bench_gathers_on_the_backends_device(monkeypatch):
     """NCCL refuses CPU tensors: the bench's gather uses the backend's device (CUDA under NCCL)."""
     import tsm_ds.bench.comm as comm
-    import tsm_ds.engine.dist as ddist
+    import tsm_ds.engine.comm.dist as ddist
 
     monkeypatch.setattr(ddist.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(ddist.dist, "get_backend", lambda: "nccl")
@@ -138,7 +138,7 @@ def test_comm_bench_gathers_on_the_backends_device(monkeypatch):
 # ---------------------------------------------------------------- timeouts: the watchdog first
 def test_collectives_outlast_the_watchdog(capsys):
     from tsm_ds.cli import config as config_cli
-    from tsm_ds.engine.rendezvous import WATCHDOG_MARGIN_S, collective_timeout_s
+    from tsm_ds.engine.comm.rendezvous import WATCHDOG_MARGIN_S, collective_timeout_s
 
     assert collective_timeout_s(300, 1800, 3600) == 3600 + WATCHDOG_MARGIN_S
     assert collective_timeout_s(300, 0, 0) == 300            # no watchdog: the join limit
@@ -153,9 +153,9 @@ def test_collectives_outlast_the_watchdog(capsys):
 
 # ---------------------------------------------------------------- fp16 over many ranks
 def test_fp16_recipes_predivide_by_sqrt_world_size_and_refuse_raw_sums():
-    from tsm_ds.engine.config import resolve_config
-    from tsm_ds.engine.config_checks import validate_config
-    from tsm_ds.engine.recipes import ConfigError, load_config
+    from tsm_ds.engine.config.checks import validate_config
+    from tsm_ds.engine.config.recipes import ConfigError, load_config
+    from tsm_ds.engine.config.resolve import resolve_config
 
     raw = load_config("gpu_kinetics_1536")
     ds, tsm, filled, _ = resolve_config(raw, world_size=1536, train_samples=240_000, epochs=2)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsm_ds.engine.guard import DivergenceError, DivergenceGuard, GuardSettings, lr_warmup_steps
+from tsm_ds.engine.guards.divergence import DivergenceError, DivergenceGuard, GuardSettings, lr_warmup_steps
 
 # ------------------------------------------------------------------ the rules (no engine)
 
@@ -305,7 +305,7 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint_and_stops(shared_
         ck = mnt / "r" / "checkpoints"
         assert (ck / "latest").read_text().strip() == "step00000001"
         assert sorted(d.name for d in ck.iterdir() if d.is_dir()) == ["step00000001"]
-        from tsm_ds.engine.checkpoint import CheckpointManager
+        from tsm_ds.engine.checkpoint.manager import CheckpointManager
         assert CheckpointManager(ck).verify("step00000001") is None
     finally:
         subprocess.run(["umount", str(mnt)], check=True)

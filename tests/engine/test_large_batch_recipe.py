@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tsm_ds.engine.config import WARMUP_MAX_FRACTION, resolve_config, warmup_steps_for
-from tsm_ds.engine.recipes import ConfigError, load_config
+from tsm_ds.engine.config.recipes import ConfigError, load_config
+from tsm_ds.engine.config.resolve import WARMUP_MAX_FRACTION, resolve_config, warmup_steps_for
 
 
 def _resolve(name, batch, samples=2048, epochs=10, **flags):
@@ -65,7 +65,7 @@ def test_head_multipliers_only_for_a_head_on_pretrained_weights():
 
 # ---------------------------------------------------------------- LARS, LAMB
 def test_lars_adapts_every_group_and_states_its_lr_at_a_large_batch():
-    from tsm_ds.engine.optim import build_client_optimizer
+    from tsm_ds.engine.loop.optim import build_client_optimizer
 
     raw = load_config("cpu_lars")
     assert raw["tsm_ds"]["lr_scaling"]["base_batch"] >= 4096

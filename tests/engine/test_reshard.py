@@ -1,4 +1,4 @@
-"""Resuming on another world size (:mod:`tsm_ds.engine.reshard`).
+"""Resuming on another world size (:mod:`tsm_ds.engine.checkpoint.reshard`).
 
 - the resumable sampler: at an unchanged world size the order is ``DistributedSampler``'s own (minus
   the skipped prefix); across world sizes (2 -> 1, 1 -> 2, 2 -> 3) known indices, and every clip of
@@ -34,7 +34,7 @@ N_CLIPS, GLOBAL, SEED = 24, 4, 3   # 24 clips, 4 per step: 6 steps per epoch at 
 
 # ---------------------------------------------------------------- sampler
 def _sampler(n, world, rank, *, skip=0, shuffle=True, seed=0, epoch=0):
-    from tsm_ds.engine.settings import ResumableDistributedSampler
+    from tsm_ds.engine.loop.loaders import ResumableDistributedSampler
     s = ResumableDistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed)
     s.set_epoch(epoch)
     s.skip = skip
@@ -85,7 +85,7 @@ def test_prefix_then_rest_covers_epoch_once(n, w0, per_rank0, w1):
 
 
 def test_remaining_shard_edges():
-    from tsm_ds.engine.reshard import remaining_shard
+    from tsm_ds.engine.checkpoint.reshard import remaining_shard
     assert remaining_shard([3, 1, 2], 3, 0, 2) == [] == remaining_shard([3, 1, 2], 5, 1, 2)
     # 2 clips left for 4 ranks: padded by cycling the permutation's start
     assert [remaining_shard([3, 1, 2], 1, r, 4) for r in range(4)] == [[1], [2], [3], [1]]
@@ -107,8 +107,8 @@ def _fake_run(tmp: Path, *, world=2, g=8, m=2, a=2, consumed=16, meta=True, file
 
 
 def _resolve(tmp, raw, world, flags, samples=64):
-    from tsm_ds.engine import config as cfgmod
-    from tsm_ds.engine.reshard import annotate_filled, resume_engine_inputs
+    from tsm_ds.engine.checkpoint.reshard import annotate_filled, resume_engine_inputs
+    from tsm_ds.engine.config import resolve as cfgmod
     raw2, flags2, plan = resume_engine_inputs(raw, flags, run_dir=tmp, resume="auto", world=world)
     ds, tsm, filled, spe = cfgmod.resolve_config(raw2, world_size=world, train_samples=samples, epochs=2,
                                                  lr_mults=[1.0, 5.0], flags=flags2)
@@ -117,12 +117,12 @@ def _resolve(tmp, raw, world, flags, samples=64):
 
 
 def _flags(**kw):
-    from tsm_ds.engine.config import FLAG_KEYS
+    from tsm_ds.engine.config.resolve import FLAG_KEYS
     return {**{k: None for k in FLAG_KEYS}, **kw}
 
 
 def test_resume_keeps_global_batch_by_accumulation(tmp_path):
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
     _fake_run(tmp_path)   # 2 ranks: global 8 = micro 2 x accumulation 2 x 2
     raw = load_config("cpu_fp32")
     same = _flags(batch_size=8, micro_batch_size=2, lr=0.1)
@@ -143,7 +143,7 @@ def test_resume_keeps_global_batch_by_accumulation(tmp_path):
 
 
 def test_resume_batch_that_cannot_be_kept(tmp_path):
-    from tsm_ds.engine.recipes import ConfigError, load_config
+    from tsm_ds.engine.config.recipes import ConfigError, load_config
     _fake_run(tmp_path)
     raw = load_config("cpu_fp32")
     with pytest.raises(ConfigError) as e:
@@ -161,7 +161,7 @@ def test_resume_batch_that_cannot_be_kept(tmp_path):
 def test_recipe_with_fixed_global_batch_and_accumulation(tmp_path):
     """gpu_kinetics_1536 (global 12288, micro 8 fixed) written by 1536 ranks, resumed on 768: accumulation 2.
     A recipe fixing micro-batch and accumulation: the accumulation is derived anyway."""
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
     _fake_run(tmp_path / "k", world=1536, g=12288, m=8, a=1, consumed=0)
     ds, _, plan, _ = _resolve(tmp_path / "k", load_config("gpu_kinetics_1536"), 768, _flags(), samples=240_000)
     assert (ds["train_batch_size"], ds["gradient_accumulation_steps"], plan.micro) == (12288, 2, 8)
@@ -173,8 +173,8 @@ def test_recipe_with_fixed_global_batch_and_accumulation(tmp_path):
 
 
 def test_older_checkpoint_layout_from_config_json(tmp_path):
-    from tsm_ds.engine.recipes import ConfigError, load_config
-    from tsm_ds.engine.reshard import read_layout
+    from tsm_ds.engine.checkpoint.reshard import read_layout
+    from tsm_ds.engine.config.recipes import ConfigError, load_config
     tag = _fake_run(tmp_path, meta=False)
     with pytest.raises(ConfigError, match="does not record its batch layout.*resume on 2 ranks"):
         read_layout(tag)
@@ -193,7 +193,7 @@ def test_older_checkpoint_layout_from_config_json(tmp_path):
 
 def test_damaged_manifest_left_to_the_resume_checks(tmp_path):
     """An unreadable complete.json changes nothing here: --resume auto skips the tag later."""
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
     tag = _fake_run(tmp_path)
     (tag / "complete.json").write_text("{trunc")
     ds, _, plan, _ = _resolve(tmp_path, load_config("cpu_fp32"), 1, _flags(batch_size=8, micro_batch_size=2))
@@ -201,7 +201,7 @@ def test_damaged_manifest_left_to_the_resume_checks(tmp_path):
 
 
 def test_sharded_optimizer_state_refused(tmp_path):
-    from tsm_ds.engine.recipes import ConfigError, load_config
+    from tsm_ds.engine.config.recipes import ConfigError, load_config
     _fake_run(tmp_path, files=["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
                                "zero_pp_rank_1_mp_rank_00_optim_states.pt"])
     raw = load_config("cpu_zero1")
@@ -259,8 +259,8 @@ def _rank_main(spec: dict) -> None:
 
     import torch.distributed as dist
 
-    from tsm_ds.engine.recipes import load_config
-    from tsm_ds.engine.trainer import Trainer, TrainSettings
+    from tsm_ds.engine.config.recipes import load_config
+    from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     torch.set_num_threads(1)

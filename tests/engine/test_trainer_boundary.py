@@ -1,7 +1,7 @@
 """No module outside the training loop reads the trainer's attributes (AST, like the layering test).
 
-The loop (tsm_ds/engine/trainer.py) hands its parts and state to the modules around it as plain
-arguments (tsm_ds.engine.build.EngineParts, tsm_ds.engine.state.Layout / RunState, hook calls with
+The loop (tsm_ds/engine/loop/trainer.py) hands its parts and state to the modules around it as plain
+arguments (tsm_ds.engine.loop.build.EngineParts, tsm_ds.engine.loop.state.Layout / RunState, hook calls with
 values); a caller may build a Trainer and call ``setup()`` / ``fit()``, nothing else. The checker
 finds, in every other module of the package, the names that hold a trainer (assigned from
 ``Trainer(...)``, or a parameter called ``trainer`` or annotated ``Trainer``) and flags any other
@@ -61,7 +61,7 @@ def test_no_module_outside_the_loop_reads_trainer_attributes():
 
 def test_the_checker_finds_planted_reads(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text("from tsm_ds.engine.trainer import Trainer\n\n"
+    planted.write_text("from tsm_ds.engine.loop.trainer import Trainer\n\n"
                        "def hook(trainer, step):\n    return trainer.global_step\n\n"
                        "def run(m, d, j, s):\n    tr = Trainer(m, d, None, j, s)\n    tr.fit()\n"
                        "    return tr.engine, Trainer(m, d, None, j, s).state\n\n"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tsm_ds.engine.watchdog import EXIT_HUNG, Watchdog
+from tsm_ds.engine.guards.watchdog import EXIT_HUNG, Watchdog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,7 +163,7 @@ def test_backstop_fires_when_a_thread_holds_the_gil(tmp_path):
     code = textwrap.dedent(f"""
         import ctypes, sys
         sys.path.insert(0, {str(REPO)!r})
-        from tsm_ds.engine import watchdog
+        from tsm_ds.engine.guards import watchdog
         watchdog.BACKSTOP_S = 0.5
         dog = watchdog.Watchdog({str(tmp_path)!r}, rank=0, step_timeout=0.5, startup_timeout=0.5, poll=0.1).start()
         ctypes.PyDLL(None).sleep(30)   # C code that keeps the GIL: the Python watchdog cannot run
@@ -215,7 +215,7 @@ def test_a_sleeping_rank_leaves_every_rank_s_stacks_and_exit_6(shared_data, tmp_
     assert "_sleep_for_test" in r1 and "last progress: step 1" in r1, r1[:2000]
     # rank 0 waits for rank 1 in a collective after step 2 (its last progress is one step later) until a
     # watchdog fires, and its stacks show the trainer frame it waits in
-    assert r0.startswith("rank 0, host ") and "tsm_ds/engine/trainer.py" in r0, r0[:2000]
+    assert r0.startswith("rank 0, host ") and "tsm_ds/engine/loop/trainer.py" in r0, r0[:2000]
     # whichever rank fired first (recorded, not asserted), the report names rank 1, the one that made the
     # least progress
     report = json.loads((stacks / "hang.json").read_text())

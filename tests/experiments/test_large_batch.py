@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tsm_ds.data.synthetic import DIFFICULTIES
-from tsm_ds.engine.config import resolve_config
-from tsm_ds.engine.recipes import load_config
+from tsm_ds.engine.config.recipes import load_config
+from tsm_ds.engine.config.resolve import resolve_config
 from tsm_ds.experiments.large_batch import (
     QUICK,
     RECIPES,

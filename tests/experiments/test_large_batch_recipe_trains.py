@@ -58,9 +58,9 @@ def _train(batch: int, control: bool, out: Path) -> dict:
 
     from tsm_ds.cli.train import prepare_large_batch_model
     from tsm_ds.config import Config
-    from tsm_ds.engine.guard import DivergenceError
-    from tsm_ds.engine.recipes import load_config
-    from tsm_ds.engine.trainer import Trainer, TrainSettings
+    from tsm_ds.engine.config.recipes import load_config
+    from tsm_ds.engine.guards.divergence import DivergenceError
+    from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
     from tsm_ds.models import build_model
 
     raw = load_config(REPO / "ds_configs" / "cpu_sgd_large_batch.json")

@@ -18,7 +18,7 @@ from tsm_ds.cli import eval as eval_cli
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import read_video_list
 from tsm_ds.data.transforms import normalize_batch
-from tsm_ds.engine.checkpoint import save_weights_export
+from tsm_ds.engine.checkpoint.manager import save_weights_export
 from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.models import build_model
 

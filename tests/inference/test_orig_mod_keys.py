@@ -8,7 +8,7 @@ import torch
 
 from tsm_ds.cli import predict as predict_cli
 from tsm_ds.data.testvideo import write_numbered_video
-from tsm_ds.engine.checkpoint import load_finetune_weights, plain_state_dict, save_weights_export
+from tsm_ds.engine.checkpoint.manager import load_finetune_weights, plain_state_dict, save_weights_export
 from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.models import build_model
 from tsm_ds.models.weights import CheckpointError

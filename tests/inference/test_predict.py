@@ -12,7 +12,7 @@ from tsm_ds.data import video
 from tsm_ds.data.dataset import VideoClipDataset
 from tsm_ds.data.records import VideoRecord
 from tsm_ds.data.transforms import normalize_batch
-from tsm_ds.engine.checkpoint import save_weights_export
+from tsm_ds.engine.checkpoint.manager import save_weights_export
 from tsm_ds.inference import predict
 from tsm_ds.models import build_model
 

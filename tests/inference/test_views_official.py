@@ -231,7 +231,7 @@ def test_dataset_official_resize_decodes_full_size(shared_data, one_thread):
 def tiny_run(tmp_path_factory):
     """2 synthetic 64 px videos and an exported random resnet18 (T = 4) in the trainer's format."""
     from tsm_ds.data.synthetic import make_demo_dataset
-    from tsm_ds.engine.checkpoint import save_weights_export
+    from tsm_ds.engine.checkpoint.manager import save_weights_export
     from tsm_ds.models import build_model
 
     root = tmp_path_factory.mktemp("views_official")

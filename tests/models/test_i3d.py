@@ -99,7 +99,7 @@ def test_old_layout_checkpoint_config_is_refused():
 
 
 def test_load_for_inference_refuses_old_i3d_and_loads_new(tmp_path):
-    from tsm_ds.engine.checkpoint import save_weights_export
+    from tsm_ds.engine.checkpoint.manager import save_weights_export
     from tsm_ds.inference.loading import load_for_inference
 
     torch.manual_seed(0)

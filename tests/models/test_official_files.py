@@ -11,7 +11,7 @@ import torch.nn as nn
 from tsm_ds.cli._common import model_overrides
 from tsm_ds.config import Config, parse
 from tsm_ds.config.commands import EVAL
-from tsm_ds.engine.checkpoint_reader import read_checkpoint
+from tsm_ds.engine.checkpoint.reader import read_checkpoint
 from tsm_ds.inference.loading import checkpoint_overrides, load_for_inference
 from tsm_ds.models import build_model, load_official_checkpoint, parse_official_name
 from tsm_ds.models.official import official_key
@@ -254,7 +254,7 @@ def test_mismatch_messages_name_the_cause(tmp_path):
 def test_tune_from_a_renamed_official_file_uses_the_run_options(tmp_path):
     """``--tune-from ckpt.best.pth.tar`` (a name that says nothing): read with the model options of
     the run; a file whose name says what it is is read as it says (no options needed)."""
-    from tsm_ds.engine.checkpoint import load_finetune_weights
+    from tsm_ds.engine.checkpoint.manager import load_finetune_weights
 
     ref = _randomised(build_model("resnet18", 10, num_segments=4), 5)
     _official_file(ref, tmp_path / "ckpt.best.pth.tar")

@@ -5,7 +5,7 @@
 - a TSM-ResNet-18 fed channels-last clips gives the default path's logits and gradients within
   float tolerance, and its activations stay channels-last to the last block (fused shift, the
   out-of-place fallback and the ``block`` placement alike);
-- :func:`tsm_ds.engine.model_prep.prepare_model` makes a channels_last model's parameters contiguous
+- :func:`tsm_ds.engine.loop.model_prep.prepare_model` makes a channels_last model's parameters contiguous
   (DeepSpeed's broadcast needs it) and converts the inputs instead (the ``torch.compile`` unwrap is
   tested through the trainer: tests/engine/test_channels_last_compile.py).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsm_ds.engine.model_prep import clip_to_channels_last, is_channels_last, prepare_model
+from tsm_ds.engine.loop.model_prep import clip_to_channels_last, is_channels_last, prepare_model
 from tsm_ds.models import build_model
 from tsm_ds.models.shift import (
     _PER_FRAME_MIN_ELEMENTS,

@@ -12,7 +12,7 @@ TSM-ResNet-50 (``build_model("resnet50", 400)``: 24,327,632 parameters in
 - ``fp32``: DeepSpeed's own all-reduce (``engine.allreduce_gradients()``);
 - ``bf16`` / ``fp16``: the same with ``engine.communication_data_type`` set as the
   ``communication_data_type`` recipes do (the gradient is cast, all-reduced, cast back);
-- ``onebit``: :class:`tsm_ds.engine.compression.OneBitCompressor` after its warm-up
+- ``onebit``: :class:`tsm_ds.engine.comm.compression.OneBitCompressor` after its warm-up
   (``freeze_step`` 0), i.e. the compressed two-phase exchange.
 
 Bytes per rank and step follow the collective's usual algorithm: ring all-reduce 2 (w-1)/w x
@@ -108,7 +108,7 @@ def launch(out_dir: str | os.PathLike, *, world_size: int = 2, methods: Sequence
     """
     import torch
 
-    from tsm_ds.engine.dist import free_port, launcher_command
+    from tsm_ds.engine.comm.dist import free_port, launcher_command
 
     methods = check_methods(methods)
     env = dict(os.environ)
@@ -161,12 +161,12 @@ def worker(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps
     import torch
     import torch.distributed as dist
 
-    from tsm_ds.engine.compression import build_compressor
+    from tsm_ds.engine.comm.compression import build_compressor
     from tsm_ds.utils.io import write_report
 
     methods = check_methods(methods)
 
-    from tsm_ds.engine.dist import init_distributed, set_threads
+    from tsm_ds.engine.comm.dist import init_distributed, set_threads
 
     cuda = torch.cuda.is_available()
     set_threads()   # ranks sharing a CPU split its cores (2 unpinned ranks on 2 cores: ~10x slower)
@@ -275,11 +275,11 @@ def worker(out_dir: str | os.PathLike, *, methods: Sequence[str] = METHODS, reps
 def slowest_rank(values: list[float], world: int) -> list[float]:
     """Per entry, the largest of every rank's value (a step takes the slowest rank's time); a
     collective: every rank calls it. The tensors live on the backend's device
-    (:func:`tsm_ds.engine.dist.collective_device`: NCCL refuses CPU tensors)."""
+    (:func:`tsm_ds.engine.comm.dist.collective_device`: NCCL refuses CPU tensors)."""
     import torch
     import torch.distributed as dist
 
-    from tsm_ds.engine.dist import collective_device
+    from tsm_ds.engine.comm.dist import collective_device
 
     dev = collective_device()
     mine = torch.tensor(values, dtype=torch.float64, device=dev)

@@ -10,9 +10,9 @@ lr of every parameter group (fc x5, bias x10: ``tsm_ds.models.groups.parameter_g
 the model flags build). The training flags are train's (the schedule section of the configuration tree)
 and follow the same rule: a flag only where the JSON says "auto". ``--resume-from RUN`` shows what
 ``--resume auto`` of that run would resolve on ``--world-size`` ranks (global batch kept,
-:mod:`tsm_ds.engine.reshard`). Exit status 2 with the error message for a combination that cannot
-work (the trainer's own :func:`~tsm_ds.engine.config.resolve_config` and
-:func:`~tsm_ds.engine.config_checks.validate_config`).
+:mod:`tsm_ds.engine.checkpoint.reshard`). Exit status 2 with the error message for a combination that cannot
+work (the trainer's own :func:`~tsm_ds.engine.config.resolve.resolve_config` and
+:func:`~tsm_ds.engine.config.checks.validate_config`).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def recipe_device(ds_config: dict, tsm: dict, recipe: str) -> tuple[str, str]:
     cpu / cuda, else cuda when a GPU is visible, else cpu. Jobs are planned where they do not run:
     a GPU recipe is checked for the GPU, whatever this machine has.
     """
-    from tsm_ds.engine.recipes import recipe_needs_cuda
+    from tsm_ds.engine.config.recipes import recipe_needs_cuda
 
     why = recipe_needs_cuda({**ds_config, "tsm_ds": tsm}, recipe)
     if why:
@@ -60,7 +60,7 @@ def _schedule(tsm: dict, ds: dict, steps_per_epoch: int, total: int) -> list[str
             ["constant lr (no scheduler)"]
     import torch
 
-    from tsm_ds.engine.optim import client_scheduler_factory
+    from tsm_ds.engine.loop.optim import client_scheduler_factory
     sch = client_scheduler_factory(ls)(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0))
     marks = {0, max(0, ls.get("warmup_steps", 0) - 1), total - 1}
     marks |= {int(e * steps_per_epoch) for e in ls.get("decay_epochs", []) if e * steps_per_epoch < total}
@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     plan, m, sch = cfg.plan, cfg.model, cfg.schedule
     import torch
 
-    from tsm_ds.engine import reshard
-    from tsm_ds.engine.config import resolve_config
-    from tsm_ds.engine.config_checks import validate_config
-    from tsm_ds.engine.optim import apply_group_lrs
-    from tsm_ds.engine.recipes import ConfigError, load_config, optimizer_kind, resolve_recipe
-    from tsm_ds.engine.rendezvous import collective_timeout_s, dist_timeout_s
+    from tsm_ds.engine.checkpoint import reshard
+    from tsm_ds.engine.comm.rendezvous import collective_timeout_s, dist_timeout_s
+    from tsm_ds.engine.config.checks import validate_config
+    from tsm_ds.engine.config.recipes import ConfigError, load_config, optimizer_kind, resolve_recipe
+    from tsm_ds.engine.config.resolve import resolve_config
+    from tsm_ds.engine.loop.optim import apply_group_lrs
     from tsm_ds.models import build_model
     from tsm_ds.models.groups import head_mults_on, parameter_groups
 

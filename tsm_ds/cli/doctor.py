@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tsm_ds.doctor import run_doctor
     from tsm_ds.doctor.compute import PRECISIONS
-    from tsm_ds.engine.recipes import ConfigError
+    from tsm_ds.engine.config.recipes import ConfigError
 
     bad = [p for p in cfg.doctor.precisions if p not in PRECISIONS]
     if bad:

@@ -16,7 +16,7 @@ missing on disk, which are named. Without either, the run's ``config.json`` next
 RUN/last_model.pt, RUN, RUN/checkpoints/<tag>) names the data, and its validation side is evaluated.
 
 Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
-:func:`tsm_ds.engine.evaluate.gather_predictions`)::
+:func:`tsm_ds.engine.loop.evaluate.gather_predictions`)::
 
     deepspeed --num_gpus 2 --module tsm_ds.cli.eval --checkpoint ... --data ... --out ...
     torchrun --nproc_per_node 2 -m tsm_ds.cli.eval ...          # works the same
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     if legacy_note(v.num_crops, v.full_res):
         print(f"note: {legacy_note(v.num_crops, v.full_res)}", file=sys.stderr)
     from tsm_ds.cli._common import model_overrides
-    from tsm_ds.engine.dist import set_threads
+    from tsm_ds.engine.comm.dist import set_threads
     from tsm_ds.inference.evaluate import evaluate
 
     set_threads()   # ranks sharing a CPU split its cores (a no-op for one process or with OMP_NUM_THREADS)

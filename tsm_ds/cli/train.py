@@ -9,7 +9,7 @@
 recipe (mit-han-lab/temporal-shift-module, opts.py and the paper, Sec. 4.1/Appendix): resnet50, 8
 segments, shift_div 8, blockres, dropout 0.5, SGD momentum 0.9, lr 0.02 per 128 clips (linear
 scaling), weight decay 1e-4, gradient clip 20, 50 epochs with x0.1 steps at epochs 20 and 40.
-Run-dependent values of the engine JSON may be "auto" (see :mod:`tsm_ds.engine.config`); the
+Run-dependent values of the engine JSON may be "auto" (see :mod:`tsm_ds.engine.config.resolve`); the
 resolved configuration (flags + engine JSON) is written to ``<output dir>/config.json``. The engine
 JSON is given by path or by the name of a shipped recipe (``--deepspeed_config cpu_fp32``).
 
@@ -97,7 +97,7 @@ def parse_config(argv: list[str] | None, environ: dict | None = None) -> tuple[C
     env = os.environ if environ is None else environ
     cfg, given = parse(COMMAND, Config, argv, base=base, env=env)
     if base is None and cfg.output.resume:
-        from tsm_ds.engine.recipes import ConfigError, resolve_recipe
+        from tsm_ds.engine.config.recipes import ConfigError, resolve_recipe
         try:
             record = run_dir_of(cfg, resolve_recipe(cfg.engine.deepspeed_config or default_recipe())) / "config.json"
         except ConfigError:   # the trainer names the bad recipe
@@ -178,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     --max-bad-fraction allows (the message names the count, the fraction and the files), 75
     (EX_TEMPFAIL) when a stop signal made the run save and stop (resume with --resume auto); the
     hang watchdog exits 6 from its own thread
-    (:mod:`tsm_ds.engine.watchdog`). The statuses are the constants of :mod:`tsm_ds.utils.exits`.
+    (:mod:`tsm_ds.engine.guards.watchdog`). The statuses are the constants of :mod:`tsm_ds.utils.exits`.
     Every rank also logs to ``<run>/logs/rank<r>.log``.
     """
-    from tsm_ds.engine.dist import set_accelerator_env, set_threads
+    from tsm_ds.engine.comm.dist import set_accelerator_env, set_threads
 
     thread_msg = set_threads()
     rank = int(os.environ.get("RANK", 0))
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     for note in notes:
         (log.warning if "option any more" in note else log.info)("%s", note)   # a removed option: WARNING
-    from tsm_ds.engine.recipes import ConfigError, load_config, recipe_needs_cuda, resolve_recipe
+    from tsm_ds.engine.config.recipes import ConfigError, load_config, recipe_needs_cuda, resolve_recipe
     from tsm_ds.utils.node import AcceleratorError, ops_cache_dir
     # DeepSpeed's op cache: node-local, the same for every command (tsm_ds.utils.node.ops_cache_dir)
     os.environ["TORCH_EXTENSIONS_DIR"] = ops_cache_dir(os.environ)
@@ -228,11 +228,11 @@ def exit_table() -> list[tuple]:
     status, logged on rank 0 only, log level, message of the exception)``, first match wins; an
     exception not in it is a bug and propagates (a traceback, status 1)."""
     from tsm_ds.data.bad_videos import DataLossError
-    from tsm_ds.engine.checkpoint import CheckpointResumeError, CheckpointSaveError
-    from tsm_ds.engine.guard import DivergenceError
-    from tsm_ds.engine.preempt import Preempted
-    from tsm_ds.engine.rendezvous import RendezvousError
-    from tsm_ds.engine.safe_load import UntrustedCheckpointError
+    from tsm_ds.engine.checkpoint.manager import CheckpointResumeError, CheckpointSaveError
+    from tsm_ds.engine.checkpoint.safe_load import UntrustedCheckpointError
+    from tsm_ds.engine.comm.rendezvous import RendezvousError
+    from tsm_ds.engine.guards.divergence import DivergenceError
+    from tsm_ds.engine.guards.preempt import Preempted
 
     return [
         (ConfigStop, EXIT_CONFIG, False, logging.ERROR, str),
@@ -296,7 +296,7 @@ def _process_settings(cfg: Config, log: logging.Logger) -> None:
 
 def _recipe(cfg: Config, log: logging.Logger) -> tuple[str, dict]:
     """(the engine JSON's path, the recipe as read). Raises ConfigStop."""
-    from tsm_ds.engine.recipes import ConfigError, load_config, resolve_recipe
+    from tsm_ds.engine.config.recipes import ConfigError, load_config, resolve_recipe
 
     try:
         cfg_path = str(resolve_recipe(cfg.engine.deepspeed_config or default_recipe()))
@@ -345,7 +345,7 @@ def _model(cfg: Config, engine_json: dict, log: logging.Logger, *, num_classes: 
     m = cfg.model
     model = build_model(m.arch, num_classes, pretrained=m.pretrained, **m.build_options())
     if m.tune_from:
-        from tsm_ds.engine.checkpoint import load_finetune_weights
+        from tsm_ds.engine.checkpoint.manager import load_finetune_weights
         try:
             # an official file whose name says nothing is read with this run's model options
             opts = {k: v for k, v in m.build_options().items() if k != "partial_bn"}
@@ -365,10 +365,10 @@ def _model(cfg: Config, engine_json: dict, log: logging.Logger, *, num_classes: 
 
 
 def train_settings(cfg: Config, *, run_dir: Path, class_names: list, record: dict):
-    """The trainer's :class:`~tsm_ds.engine.settings.TrainSettings` from the tree's sections.
+    """The trainer's :class:`~tsm_ds.engine.loop.settings.TrainSettings` from the tree's sections.
     Raises ValueError: a threshold out of range (the message names the flag)."""
-    from tsm_ds.engine.guard import GuardSettings
-    from tsm_ds.engine.trainer import TrainSettings
+    from tsm_ds.engine.guards.divergence import GuardSettings
+    from tsm_ds.engine.loop.trainer import TrainSettings
     from tsm_ds.models.groups import head_mults_on
 
     d, m, sch, out = cfg.data, cfg.model, cfg.schedule, cfg.output
@@ -397,13 +397,13 @@ def train_settings(cfg: Config, *, run_dir: Path, class_names: list, record: dic
 
 def _trainer(cfg: Config, log: logging.Logger, rank: int, model, train_set, val_set, engine_json: dict,
              cfg_path: str, split, flip: bool) -> tuple:
-    """(the set-up :class:`~tsm_ds.engine.trainer.Trainer`, the run folder). Raises ConfigStop (a
+    """(the set-up :class:`~tsm_ds.engine.loop.trainer.Trainer`, the run folder). Raises ConfigStop (a
     setting out of range, a recipe that cannot work here) or RendezvousError."""
     from tsm_ds.config.record import run_record
-    from tsm_ds.engine.components import default_hooks
-    from tsm_ds.engine.hooks import SignalSelf
-    from tsm_ds.engine.recipes import ConfigError
-    from tsm_ds.engine.trainer import Trainer
+    from tsm_ds.engine.config.recipes import ConfigError
+    from tsm_ds.engine.loop.components import default_hooks
+    from tsm_ds.engine.loop.hooks import SignalSelf
+    from tsm_ds.engine.loop.trainer import Trainer
 
     run_dir = run_dir_of(cfg, cfg_path)
     log.info("this rank's log: %s (every rank writes one)", add_rank_log_file(run_dir, rank))
@@ -429,7 +429,7 @@ def _trainer(cfg: Config, log: logging.Logger, rank: int, model, train_set, val_
 def _report(result: dict, run_dir: Path, max_bad_fraction: float) -> None:
     """Rank 0's last lines: ``RESULT {json}``, val top-1, and what data was lost."""
     from tsm_ds.data.bad_videos import describe_loss
-    from tsm_ds.engine.settings import run_summary
+    from tsm_ds.engine.loop.result import run_summary
 
     val = result["val"]
     summary = {k: v for k, v in run_summary(result, run_dir, result["last_metrics"]).items()

@@ -1,5 +1,5 @@
 """The syntax of ``--eval-every`` (the validation cadence of training), shared by the configuration
-tree (which checks the text) and the trainer's cadence component (:mod:`tsm_ds.engine.cadence`).
+tree (which checks the text) and the trainer's cadence component (:mod:`tsm_ds.engine.loop.cadence`).
 
 Three forms:
 

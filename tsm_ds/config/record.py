@@ -52,7 +52,7 @@ def tree_to_record(cfg: Config) -> dict:
 
 def run_record(cfg: Config, *, deepspeed_config: str, data_description: str, split: dict, flip: bool) -> dict:
     """What the train command adds to ``config.json`` before the trainer writes it (the trainer
-    adds the engine JSON, world size, steps and provenance; :func:`tsm_ds.engine.settings.save_config_record`)."""
+    adds the engine JSON, world size, steps and provenance; :func:`tsm_ds.engine.loop.result.save_config_record`)."""
     return {"schema_version": SCHEMA_VERSION, "config": tree_to_record(cfg),
             "run": {"deepspeed_config": str(deepspeed_config), "data_description": data_description, "flip": flip},
             "split": split}

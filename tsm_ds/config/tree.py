@@ -10,7 +10,7 @@ checkpoint says") says so in its :class:`~tsm_ds.config.fields.Command`, not wit
 Defaults are the official TSM Kinetics recipe (mit-han-lab/temporal-shift-module, ``opts.py``
 and the paper, Sec. 4.1 / Appendix): resnet50, 8 segments, shift_div 8, blockres, dropout 0.5,
 224 px, 50 epochs with x0.1 steps at epochs 20 and 40; engine-JSON values (batch, lr, weight decay,
-clipping, warm-up) are None = "the recipe's, or its ``"auto"`` rule" (:mod:`tsm_ds.engine.config`).
+clipping, warm-up) are None = "the recipe's, or its ``"auto"`` rule" (:mod:`tsm_ds.engine.config.resolve`).
 
 Adding an option: docs/contributing.md, "Adding an option" (one :func:`~tsm_ds.config.fields.opt` field in
 its section here, or in :mod:`tsm_ds.config.tools` for a tool's own option).
@@ -138,7 +138,8 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    """The engine recipe (:mod:`tsm_ds.engine.recipes`; its ``"auto"`` values: :mod:`tsm_ds.engine.config`)."""
+    """The engine recipe (:mod:`tsm_ds.engine.config.recipes`; its ``"auto"`` values:
+    :mod:`tsm_ds.engine.config.resolve`)."""
 
     deepspeed_config: str | None = opt(None, "engine JSON: a path or a shipped recipe name (cpu_fp32, gpu_fp16, ...; "
                                        "default cpu_fp32 without CUDA, else gpu_fp16)", flag="--deepspeed_config",
@@ -175,7 +176,7 @@ class ScheduleConfig:
                                      "validation clips (the same every time; the final one: the whole set)")
 
     def engine_flags(self) -> dict:
-        """``{FLAG_KEYS name: value or None}``: the ``flags`` of :func:`tsm_ds.engine.config.resolve_config`."""
+        """``{FLAG_KEYS name: value or None}``: the ``flags`` of :func:`tsm_ds.engine.config.resolve.resolve_config`."""
         return {"batch_size": self.batch_size, "micro_batch_size": self.micro_batch_size,
                 "grad_accum": self.grad_accum, "lr": self.lr, "weight_decay": self.weight_decay,
                 "clip_grad": self.clip_grad, "warmup_steps": self.warmup_steps, "warmup_epochs": self.warmup_epochs,
@@ -184,7 +185,7 @@ class ScheduleConfig:
 
 @dataclass
 class GuardConfig:
-    """Run guards (:mod:`tsm_ds.engine.guard`): a diverged run stops before its update (exit 3)."""
+    """Run guards (:mod:`tsm_ds.engine.guards.divergence`): a diverged run stops before its update (exit 3)."""
 
     on_divergence: str = opt("stop", "stop: exit 3 naming the step, lr, loss and the last good checkpoint; "
                              "rollback: reload the last good checkpoint, multiply every lr by --rollback-lr-factor, "
@@ -227,7 +228,7 @@ class DistributedConfig:
 
 @dataclass
 class OutputConfig:
-    """Where the run is written and how it is checkpointed (:mod:`tsm_ds.engine.checkpoint`)."""
+    """Where the run is written and how it is checkpointed (:mod:`tsm_ds.engine.checkpoint.manager`)."""
 
     output_dir: str = opt("runs", "runs are written to OUTPUT_DIR/RUN_NAME")
     run_name: str | None = opt(None, "default: <arch>_T<segments>_<engine json name>")

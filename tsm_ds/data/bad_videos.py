@@ -229,7 +229,7 @@ def check_data_loss(split: str, files: Mapping[str, str], total: int, max_fracti
 def run_loss_reports(train_files: Mapping[str, str], train_total: int, val_lost: Mapping | None = None) -> dict:
     """``{"train": report[, "val": report]}`` (:func:`loss_report`) of a finished run: the tracker's
     training files among ``train_total``, and the last evaluation's ``lost`` (``{"files", "total"}``,
-    :func:`tsm_ds.engine.evaluate.gather_predictions`) when there was one."""
+    :func:`tsm_ds.engine.loop.evaluate.gather_predictions`) when there was one."""
     out = {"train": loss_report(train_files, train_total)}
     if val_lost:
         out["val"] = loss_report(val_lost["files"], val_lost["total"])

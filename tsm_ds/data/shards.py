@@ -11,7 +11,7 @@ Which library does what (docs/shards.md has the evidence):
   a cache folder bounded by ``max_cache_size``);
 - sampling: ours. litdata's own iteration forces ``drop_last`` in a distributed run and shuffles
   chunks, not samples, so it cannot keep the per-file loader's rules. Every loader here keeps its
-  sampler (:class:`tsm_ds.engine.settings.ResumableDistributedSampler` in training, the
+  sampler (:class:`tsm_ds.engine.loop.loaders.ResumableDistributedSampler` in training, the
   ``DistributedSampler`` of evaluation); the dataset only asks a shard reader for sample ``i``'s
   bytes instead of opening a ``.jpack`` file. The items are therefore those of the per-file packs
   for the same (seed, epoch, index) (tested), and resume, padding and evaluation are unchanged.

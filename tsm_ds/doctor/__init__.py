@@ -82,7 +82,7 @@ def run_doctor(settings: DoctorSettings, *, progress: bool = True, log: Callable
     """
     import torch
 
-    from tsm_ds.engine.dist import init_distributed, set_accelerator_env, set_threads
+    from tsm_ds.engine.comm.dist import init_distributed, set_accelerator_env, set_threads
 
     set_accelerator_env()
     world = int(os.environ.get("WORLD_SIZE") or 1)

@@ -50,7 +50,7 @@ def launcher_hint(ctx: Context, ranks: int = 2) -> str:
 def run(ctx: Context, results: dict) -> dict:
     """The ``communication`` section (see the module docstring); every rank calls it."""
     from tsm_ds.bench import comm
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
     from tsm_ds.utils.io import read_report
 
     s = ctx.settings

@@ -193,7 +193,7 @@ def run(ctx: Context, results: dict) -> dict:
     """The ``compute`` section (see the module docstring)."""
     import torch
 
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
 
     s = ctx.settings
     raw = load_config(s.recipe)

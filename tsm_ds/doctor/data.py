@@ -253,7 +253,7 @@ def run(ctx: Context, results: dict) -> dict:
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.splits import default_data, resolve_split
     from tsm_ds.doctor.compute import TrainStep, micro_batch, recipe_precision
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
 
     s = ctx.settings
     data = s.data or default_data()[0]

@@ -2,7 +2,7 @@
 
 Rows are checks ``{"check", "value", "ok"}``; a row with ``ok`` False fails the section (the
 command exits 1): a package training needs does not import (deepspeed, PyAV), or the chosen
-recipe is refused on this device (:func:`tsm_ds.engine.config_checks.validate_config`'s message).
+recipe is refused on this device (:func:`tsm_ds.engine.config.checks.validate_config`'s message).
 DeepSpeed's op report is the one ``ds_report`` prints (op, installed, JIT-compatible), read from
 the same DeepSpeed objects; ops are informational (an op is built when a recipe needs it).
 """
@@ -61,9 +61,9 @@ def op_report() -> list[dict[str, Any]]:
 
 def _recipe_check(ctx: Context, device: str) -> tuple[bool, str]:
     """(ok, message): the chosen recipe resolved for this world size and validated for ``device``."""
-    from tsm_ds.engine.config import resolve_config
-    from tsm_ds.engine.config_checks import validate_config
-    from tsm_ds.engine.recipes import ConfigError, load_config
+    from tsm_ds.engine.config.checks import validate_config
+    from tsm_ds.engine.config.recipes import ConfigError, load_config
+    from tsm_ds.engine.config.resolve import resolve_config
 
     try:
         raw = load_config(ctx.settings.recipe)

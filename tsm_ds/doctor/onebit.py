@@ -1,7 +1,7 @@
 """Doctor section ``onebit`` (``--only onebit``): the 1-bit compressor on this device's tensors.
 
 Two ranks (``torch.multiprocessing`` spawn, gloo over 127.0.0.1, both on this one device) run
-:class:`tsm_ds.engine.compression.OneBitCompressor` (``freeze_step`` 0: every call compressed)
+:class:`tsm_ds.engine.comm.compression.OneBitCompressor` (``freeze_step`` 0: every call compressed)
 for ``steps`` calls on a flat gradient of ``numel`` fp32 elements held on the device (CUDA
 tensors through gloo: the path a GPU run without NCCL takes), and the same calls on CPU tensors
 with a second compressor. Checks: the device result equals the CPU result (relative L2 difference
@@ -28,7 +28,7 @@ def _rank(rank: int, world: int, port: int, device: str, numel: int, steps: int,
     import torch
     import torch.distributed as dist
 
-    from tsm_ds.engine.compression import OneBitCompressor
+    from tsm_ds.engine.comm.compression import OneBitCompressor
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
@@ -81,7 +81,7 @@ def onebit_device_check(device: str, *, numel: int = 1 << 20, steps: int = 3, wo
 
     import torch.multiprocessing as mp
 
-    from tsm_ds.engine.dist import free_port
+    from tsm_ds.engine.comm.dist import free_port
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

@@ -1,14 +1,14 @@
 """Doctor section ``recipes`` (``tsm-ds doctor --recipes``): does every shipped recipe train here?
 
 Every recipe of ``ds_configs/`` meant for this device (``cpu_*`` on CPU, ``gpu_*`` on CUDA) runs
-``recipe_steps`` optimizer steps through the real :class:`tsm_ds.engine.trainer.Trainer` (engine
+``recipe_steps`` optimizer steps through the real :class:`tsm_ds.engine.loop.trainer.Trainer` (engine
 JSON resolution and validation, DeepSpeed engine, guards, compressor, checkpoint at the end, in a
 temporary folder) on synthetic clips, with a small model: ``recipe_arch`` (resnet18),
 num_segments, 64 px on CPU / 112 px on CUDA, micro-batch 2 per rank: a smoke test, not a benchmark.
 Statuses per recipe (rows):
 
 - ``ok``: the steps ran and the checkpoint written at the end loads weights-only, as ``--resume``
-  and the checkpoint readers load it (:mod:`tsm_ds.engine.safe_load`); the last step's loss, the
+  and the checkpoint readers load it (:mod:`tsm_ds.engine.checkpoint.safe_load`); the last step's loss, the
   seconds per step after the first (``s_per_step``, ``clips_per_s`` over all ranks) and the whole
   run's ``seconds`` (engine set-up included) are reported;
 - ``refused``: the engine JSON was refused before the first step (the message, which names the key
@@ -19,7 +19,7 @@ Statuses per recipe (rows):
   global batch of 12,288 clips at 8 per GPU cannot run on fewer ranks): micro-batch, accumulation
   and the lr the linear rule gives;
 - ``failed``: anything else raised (the exception), or the recipe's checkpoint asks to unpickle a
-  global outside :data:`tsm_ds.engine.safe_load.SAFE_GLOBALS` (every later ``--resume`` and
+  global outside :data:`tsm_ds.engine.checkpoint.safe_load.SAFE_GLOBALS` (every later ``--resume`` and
   read of it would be refused without ``--trust-checkpoint``: the allowlist needs that entry);
   the section fails and the command exits 1.
 """
@@ -80,8 +80,8 @@ def _flags(raw: dict, micro: int, world: int) -> dict[str, int]:
 
 
 def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
-    from tsm_ds.engine.recipes import ConfigError
-    from tsm_ds.engine.trainer import Trainer, TrainSettings
+    from tsm_ds.engine.config.recipes import ConfigError
+    from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
     from tsm_ds.models import build_model
 
     s = ctx.settings
@@ -99,7 +99,7 @@ def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
     except ConfigError as e:
         return {"status": "refused", "message": str(e)}
     dt = time.perf_counter() - t0
-    from tsm_ds.engine.safe_load import UntrustedCheckpointError, check_files
+    from tsm_ds.engine.checkpoint.safe_load import UntrustedCheckpointError, check_files
 
     ck_dir = Path(tmp) / name / "checkpoints"
     tag = (ck_dir / "latest").read_text().strip() if (ck_dir / "latest").is_file() else None
@@ -120,9 +120,9 @@ def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
 
 
 def _validate(name: str, raw: dict, device: str, world: int) -> dict[str, Any]:
-    from tsm_ds.engine.config import resolve_config
-    from tsm_ds.engine.config_checks import validate_config
-    from tsm_ds.engine.recipes import ConfigError
+    from tsm_ds.engine.config.checks import validate_config
+    from tsm_ds.engine.config.recipes import ConfigError
+    from tsm_ds.engine.config.resolve import resolve_config
 
     try:
         ds, tsm, filled, _ = resolve_config(raw, world_size=world, train_samples=10 ** 7, epochs=1)
@@ -134,7 +134,7 @@ def _validate(name: str, raw: dict, device: str, world: int) -> dict[str, Any]:
 
 def run(ctx: Context, results: dict) -> dict:
     """The ``recipes`` section (see the module docstring); every rank calls it."""
-    from tsm_ds.engine.recipes import load_config, optimizer_kind, recipe_names
+    from tsm_ds.engine.config.recipes import load_config, optimizer_kind, recipe_names
 
     s = ctx.settings
     here = "cuda" if ctx.cuda else "cpu"

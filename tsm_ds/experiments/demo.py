@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tsm_ds.config import Config, field_infos, to_argv
 from tsm_ds.config.commands import TRAIN
 from tsm_ds.config.tools import DEMO, DEMO_RECIPE
-from tsm_ds.engine.dist import free_port, launcher_command
+from tsm_ds.engine.comm.dist import free_port, launcher_command
 
 __all__ = ["MODELS", "TRAIN_MODULE", "DEFAULT_RECIPE", "DemoSettings",
            "train_command", "child_env", "run_training", "format_table", "run_demo"]
@@ -55,7 +55,7 @@ MODELS = {  # name -> train.py --shift
 #: what the launcher runs on every rank (``deepspeed --module tsm_ds.train``): an import name, so
 #: it works from an installed package as well as from a source checkout
 TRAIN_MODULE = "tsm_ds.train"
-#: the engine recipe of the demo (found by name: :func:`tsm_ds.engine.recipes.resolve_recipe`)
+#: the engine recipe of the demo (found by name: :func:`tsm_ds.engine.config.recipes.resolve_recipe`)
 DEFAULT_RECIPE = DEMO_RECIPE
 
 
@@ -99,16 +99,16 @@ def train_command(model: str, settings: DemoSettings, data: Mapping[str, Any], r
     Both models get identical arguments except ``--shift`` and ``--run-name``; horizontal flip
     is off (``--no-flip``: a flip turns "moving_left" into "moving_right"). ``data`` is what
     ``make_demo_dataset`` returned (``train_list``, ``val_list``, ``root``); the recipe is passed
-    as the file :func:`~tsm_ds.engine.recipes.resolve_recipe` finds. The training arguments are
+    as the file :func:`~tsm_ds.engine.config.recipes.resolve_recipe` finds. The training arguments are
     written by :func:`tsm_ds.config.to_argv` from the training command
     (:data:`tsm_ds.config.commands.TRAIN`).
 
     Raises:
         KeyError: an unknown ``model``.
-        tsm_ds.engine.recipes.ConfigError: ``settings.deepspeed_config`` is neither a file nor a
+        tsm_ds.engine.config.recipes.ConfigError: ``settings.deepspeed_config`` is neither a file nor a
             shipped recipe.
     """
-    from tsm_ds.engine.recipes import resolve_recipe
+    from tsm_ds.engine.config.recipes import resolve_recipe
 
     s = settings
     values = {
@@ -243,11 +243,11 @@ def run_demo(out: str | os.PathLike, *, models: Sequence[str] = ("tsm", "tsn"),
     Raises:
         ValueError: an unknown model, ``batch_size`` not divisible by ``nproc``, ``num_frames``
             not above ``num_segments``, bad dataset parameters.
-        tsm_ds.engine.recipes.ConfigError: (a ValueError) no such engine JSON or recipe.
+        tsm_ds.engine.config.recipes.ConfigError: (a ValueError) no such engine JSON or recipe.
         RuntimeError: a training run failed (the message names its log file).
     """
     from tsm_ds.data.synthetic import make_demo_dataset
-    from tsm_ds.engine.recipes import resolve_recipe
+    from tsm_ds.engine.config.recipes import resolve_recipe
     from tsm_ds.utils.io import atomic_write_text
 
     models = [m.strip().lower() for m in models if m.strip()]

@@ -8,5 +8,5 @@
 - :mod:`.export`: ``torch.export`` and ONNX, checked against PyTorch.
 
 The trainer's distributed evaluation (``gather_predictions``, BN sync, top-k) is in
-:mod:`tsm_ds.engine.evaluate`: the trainer uses it, and the engine layer sits below this one.
+:mod:`tsm_ds.engine.loop.evaluate`: the trainer uses it, and the engine layer sits below this one.
 """

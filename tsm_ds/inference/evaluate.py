@@ -1,7 +1,7 @@
 """Multi-view evaluation of a checkpoint on one process or many (the library half of ``tsm-ds eval``).
 
 Several processes (each video is scored once, by one rank; DistributedSampler padding is dropped by
-:func:`tsm_ds.engine.evaluate.gather_predictions`). Views are averaged as logits by default (as
+:func:`tsm_ds.engine.loop.evaluate.gather_predictions`). Views are averaged as logits by default (as
 the official ``test_models.py``; see :mod:`tsm_ds.inference.views`); ``average="prob"`` averages
 softmax probabilities. Results (rank 0 writes them): see :mod:`tsm_ds.inference.eval_report`.
 """
@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from tsm_ds.engine.dist import init_distributed
+from tsm_ds.engine.comm.dist import init_distributed
 from tsm_ds.inference.loading import load_for_inference, resolve_img_size
 
 
@@ -184,7 +184,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
     from tsm_ds.data.bad_videos import check_data_loss
     from tsm_ds.data.dataset import VideoClipDataset
     from tsm_ds.data.packed_batch import collate_items
-    from tsm_ds.engine.evaluate import gather_predictions
+    from tsm_ds.engine.loop.evaluate import gather_predictions
     from tsm_ds.inference.eval_report import write_eval_results
     from tsm_ds.inference.views import MultiViewForward, view_protocol
 

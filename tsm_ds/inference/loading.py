@@ -1,6 +1,6 @@
 """Load any checkpoint the tools accept as an inference model (:func:`load_for_inference`).
 
-A thin layer over the engine's reader (:func:`tsm_ds.engine.checkpoint_reader.read_checkpoint`,
+A thin layer over the engine's reader (:func:`tsm_ds.engine.checkpoint.reader.read_checkpoint`,
 which the trainer's ``--tune-from`` uses too): the trainer's exported file (``{"state_dict",
 "model_config", "class_names"}``), a DeepSpeed run / checkpoint / tag directory (ZeRO-3 included),
 or an official TSM checkpoint file (``TSM_kinetics_RGB_resnet50_shift8_blockres_avg_segment8_e50.pth``;
@@ -76,13 +76,13 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None, tr
     """Load any checkpoint the tools accept, as an eval-mode float32 model on CPU.
 
     Args:
-        path: every kind :func:`tsm_ds.engine.checkpoint_reader.read_checkpoint` reads: (1) a file
+        path: every kind :func:`tsm_ds.engine.checkpoint.reader.read_checkpoint` reads: (1) a file
             saved by the trainer's export, ``{"state_dict", "model_config", "class_names"}``
             (``weights_only=True``); (2) a DeepSpeed directory: a run directory, its
             ``checkpoints/`` (the tag ``latest`` names), a tag directory (ZeRO-3 shards are
             consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``), whose client
             state carries ``model_config`` and ``class_names`` (weights-only, with the DeepSpeed
-            classes of :data:`tsm_ds.engine.safe_load.SAFE_GLOBALS`); (3) an official TSM checkpoint
+            classes of :data:`tsm_ds.engine.checkpoint.safe_load.SAFE_GLOBALS`); (3) an official TSM checkpoint
             (options from the official file name, or from ``overrides`` with arch= and num_classes=
             for a renamed file; ``weights_only=True``).
         labels: label-map file; overrides the checkpoint's class names (needed for official files).
@@ -97,7 +97,7 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None, tr
 
     Raises:
         FileNotFoundError: no such file/directory, or a directory without a DeepSpeed checkpoint.
-        tsm_ds.engine.safe_load.UntrustedCheckpointError: (a ValueError) without ``trust``, a file
+        tsm_ds.engine.checkpoint.safe_load.UntrustedCheckpointError: (a ValueError) without ``trust``, a file
             that asks to unpickle a global outside the allowlist (could run code); names the file,
             the global and ``--trust-checkpoint``.
         ValueError: not a checkpoint (the message names the file), no ``model_config`` to rebuild
@@ -110,7 +110,7 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None, tr
             in the keys (``model.``, ``net.``) as the cause when that explains them
             (``module.`` and ``_orig_mod.``, also inside keys, are stripped by the reader).
     """
-    from tsm_ds.engine.checkpoint_reader import read_checkpoint, wrapper_mismatch_cause
+    from tsm_ds.engine.checkpoint.reader import read_checkpoint, wrapper_mismatch_cause
     from tsm_ds.models.weights import CheckpointError, load_exact
 
     contents = read_checkpoint(path, official_overrides=overrides, trust=trust)
@@ -118,7 +118,7 @@ def load_for_inference(path: str | os.PathLike, *, labels: str | None = None, tr
         raise ValueError(
             f"{contents.path}: no 'model_config' recorded with the weights: the model cannot be rebuilt; "
             + ("use the run's exported best_model.pt instead" if contents.source == "deepspeed" else
-               "save it with tsm_ds.engine.checkpoint.save_weights_export, or, for an official TSM checkpoint "
+               "save it with tsm_ds.engine.checkpoint.manager.save_weights_export, or, for an official TSM checkpoint "
                "that was renamed, pass arch= and num_classes= (--arch, --num-classes)"))
     model = _build(contents.model_config, overrides)
     try:

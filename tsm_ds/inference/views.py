@@ -21,7 +21,7 @@ Section 4 tables) take ``num_clips x num_crops`` views of every video:
 
 The data side (:class:`tsm_ds.data.dataset.VideoClipDataset` in ``mode="test"``) builds the views
 of one video as a uint8 tensor (V, T, 3, H, W), V = num_clips * num_crops, normalised per batch on the
-model's device (:func:`tsm_ds.engine.evaluate.gather_predictions`, ``tsm-ds predict``). This module folds
+model's device (:func:`tsm_ds.engine.loop.evaluate.gather_predictions`, ``tsm-ds predict``). This module folds
 the views into the batch axis, runs the model, and averages the V scores of each video back into one.
 
 Averaging default: **logits**. The official ``test_models.py`` averages the network's raw outputs
@@ -197,7 +197,7 @@ def fold_views(clip: torch.Tensor, num_views: int) -> torch.Tensor:
 
 
 class MultiViewForward:
-    """``forward(model, clip) -> scores`` for :func:`tsm_ds.engine.evaluate.gather_predictions`.
+    """``forward(model, clip) -> scores`` for :func:`tsm_ds.engine.loop.evaluate.gather_predictions`.
 
     Folds the V views into the batch, runs the model in chunks of at most ``max_clips`` clips
     (memory: 10 x 3 views of 8 frames at 224 px is 240 frames per video), averages per video.

@@ -15,19 +15,19 @@ __all__ = ["EXIT_OK", "EXIT_CONFIG", "EXIT_DIVERGED", "EXIT_SAVE_FAILED", "EXIT_
 EXIT_OK = 0
 #: a configuration, data or resume error (the message names the option or file)
 EXIT_CONFIG = 2
-#: the divergence guard stopped the run before a non-finite update (``tsm_ds.engine.guard``)
+#: the divergence guard stopped the run before a non-finite update (``tsm_ds.engine.guards.divergence``)
 EXIT_DIVERGED = 3
-#: a checkpoint could not be written (``tsm_ds.engine.checkpoint.CheckpointSaveError``)
+#: a checkpoint could not be written (``tsm_ds.engine.checkpoint.manager.CheckpointSaveError``)
 EXIT_SAVE_FAILED = 4
-#: not every rank joined within ``--dist-timeout`` (``tsm_ds.engine.rendezvous``)
+#: not every rank joined within ``--dist-timeout`` (``tsm_ds.engine.comm.rendezvous``)
 EXIT_RENDEZVOUS = 5
-#: a rank made no progress within ``--step-timeout`` / ``--startup-timeout`` (``tsm_ds.engine.watchdog``)
+#: a rank made no progress within ``--step-timeout`` / ``--startup-timeout`` (``tsm_ds.engine.guards.watchdog``)
 EXIT_HUNG = 6
 #: more files of a split were unreadable than ``--max-bad-fraction`` allows
 #: (``tsm_ds.data.bad_videos.DataLossError``); not requeued: the data needs fixing
 EXIT_DATA_LOSS = 7
 #: the stop signal (SLURM's time-limit warning) made every rank save and stop: resume with
-#: ``--resume auto`` (EX_TEMPFAIL of sysexits.h; ``tsm_ds.engine.preempt``)
+#: ``--resume auto`` (EX_TEMPFAIL of sysexits.h; ``tsm_ds.engine.guards.preempt``)
 EXIT_PREEMPTED = 75
 
 #: name -> status, the names ``launch_helper exit-code`` takes

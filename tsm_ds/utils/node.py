@@ -1,7 +1,7 @@
 """What one node offers a launch, without importing torch: its cores, its GPUs, ranks and threads
 per rank, the default engine recipe, a free port.
 
-Read by training (:func:`tsm_ds.engine.dist.set_threads`, ``tsm_ds.cli.train.default_recipe``),
+Read by training (:func:`tsm_ds.engine.comm.dist.set_threads`, ``tsm_ds.cli.train.default_recipe``),
 the doctor, and the launch scripts through ``python -m tsm_ds.cli.launch_helper`` (which must
 answer in a fraction of a second on a node whose torch import takes seconds). Functions that read
 variables take the environment as an argument (``os.environ`` from the caller).

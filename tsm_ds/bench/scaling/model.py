@@ -268,7 +268,7 @@ def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequenc
             ``compute_speedup`` normalises the fitted compute, so a Summit calibration can predict
             an H100 cluster.
         onebit_ratio: fp32 bytes / 1-bit bytes per step (``bench comm`` measures it); default:
-            32 with one fp32 scale per 65,536-element chunk (tsm_ds.engine.compression's layout).
+            32 with one fp32 scale per 65,536-element chunk (tsm_ds.engine.comm.compression's layout).
 
     Returns:
         ScalingResult.

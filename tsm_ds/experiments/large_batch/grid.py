@@ -38,7 +38,7 @@ __all__ = ["RECIPES", "Recipe", "StudySettings", "QUICK", "RunSpec", "plan_sweep
 @dataclass(frozen=True)
 class Recipe:
     """One of the four recipes: ``template`` (a shipped recipe name), ``rule`` (``none``,
-    ``linear``, ``sqrt``: :func:`tsm_ds.engine.config.scaled_lr`), ``label`` (for tables)."""
+    ``linear``, ``sqrt``: :func:`tsm_ds.engine.config.resolve.scaled_lr`), ``label`` (for tables)."""
 
     template: str
     rule: str
@@ -221,9 +221,9 @@ def write_recipe(out_dir: Path, name: str, template: str, rule: str, base_lr: fl
     ``tsm_ds.lr_scaling = {rule, base_lr, base_batch}``; nothing else changes. Returns the path.
 
     Raises:
-        tsm_ds.engine.recipes.ConfigError: no such shipped recipe.
+        tsm_ds.engine.config.recipes.ConfigError: no such shipped recipe.
     """
-    from tsm_ds.engine.recipes import load_config
+    from tsm_ds.engine.config.recipes import load_config
     from tsm_ds.utils.io import atomic_write_text
 
     cfg: dict[str, Any] = load_config(template)

@@ -7,7 +7,7 @@ accumulation from ``<run>/config.json`` (``resolved_ds_config``), the lr of the 
 group (``param_groups``, ``lr_mult`` 1), the warm-up and planned steps, and the outcome from
 ``<run>/result.json``: ``completed`` (val top-1 of the last epoch), ``diverged`` (the divergence
 guard stopped it before an update; exit status
-:data:`~tsm_ds.engine.guard.EXIT_DIVERGED`: a result, "diverged at step k"), anything else
+:data:`~tsm_ds.engine.guards.divergence.EXIT_DIVERGED`: a result, "diverged at step k"), anything else
 is ``failed`` (the row names the log).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tsm_ds.engine.guard import EXIT_DIVERGED
+from tsm_ds.engine.guards.divergence import EXIT_DIVERGED
 
 from .grid import RunSpec, StudySettings, warmup_steps_for
 

@@ -122,7 +122,7 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
 
     Raises:
         ValueError: bad settings or recipe names; calibrate_only without an SGD recipe.
-        tsm_ds.engine.recipes.ConfigError: a template recipe is not shipped.
+        tsm_ds.engine.config.recipes.ConfigError: a template recipe is not shipped.
     """
     from tsm_ds.data.synthetic import make_demo_dataset
     from tsm_ds.utils.io import atomic_write_text, machine_info

@@ -1,16 +1,16 @@
 """A run's position in checkpoints: save the engine with the run's state and data position, load it
-back (at any world size, :func:`tsm_ds.engine.reshard.load`), pick the checkpoint ``--resume`` means.
+back (at any world size, :func:`tsm_ds.engine.checkpoint.reshard.load`), pick the checkpoint ``--resume`` means.
 
-Functions take the run's parts (:class:`tsm_ds.engine.build.EngineParts`) and state
-(:class:`tsm_ds.engine.state.RunState`) explicitly; the trainer calls them.
+Functions take the run's parts (:class:`tsm_ds.engine.loop.build.EngineParts`) and state
+(:class:`tsm_ds.engine.loop.state.RunState`) explicitly; the trainer calls them.
 """
 from __future__ import annotations
 
 import logging
 
-from tsm_ds.engine import reshard
-from tsm_ds.engine.checkpoint import rng_state, set_rng_state
-from tsm_ds.engine.evaluate import sync_batchnorm_stats
+from tsm_ds.engine.checkpoint import reshard
+from tsm_ds.engine.checkpoint.manager import rng_state, set_rng_state
+from tsm_ds.engine.loop.evaluate import sync_batchnorm_stats
 
 __all__ = ["save_position", "load_position", "resume_position"]
 
@@ -22,7 +22,7 @@ def save_position(parts, state, *, epoch: int, micro: int, extra: dict, lrs: dic
     averaged over ranks first and the weights checked (every rank).
 
     Args:
-        parts: the run's :class:`~tsm_ds.engine.build.EngineParts`; state: its ``RunState``.
+        parts: the run's :class:`~tsm_ds.engine.loop.build.EngineParts`; state: its ``RunState``.
         epoch, micro: the data position the checkpoint resumes at.
         extra: more client state (class names, model config, image size).
         lrs: the current per-group lrs (for a divergence report).
@@ -53,7 +53,7 @@ def load_position(parts, state, tag: str, *, seed: int) -> tuple[int, int]:
     compressor and the RNGs; returns its (epoch, micro-batches done in it) for this world size.
 
     Raises:
-        CheckpointResumeError, UntrustedCheckpointError, ConfigError: see :func:`tsm_ds.engine.reshard.load`.
+        CheckpointResumeError, UntrustedCheckpointError, ConfigError: see :func:`tsm_ds.engine.checkpoint.reshard.load`.
     """
     client, rank_state = reshard.load(parts.ckpt, parts.engine, tag, layout=parts.layout, seed=seed,
                                       compressor=parts.compressor)

@@ -1,13 +1,13 @@
 """The one validator of an engine configuration: refuse, before the first step, what cannot work.
 
-:func:`validate_config` takes what :func:`tsm_ds.engine.config.resolve_config` returns and names
+:func:`validate_config` takes what :func:`tsm_ds.engine.config.resolve.resolve_config` returns and names
 the key and the fix of everything that would fail later (fp16 on CPU, bf16 BatchNorm buffers,
 CUDA-only or removed optimizers, ZeRO with an untested optimizer, 1-bit compression with ZeRO or a
 DeepSpeed precision). The trainer and the tools call it once per start.
 """
 from __future__ import annotations
 
-from tsm_ds.engine.recipes import CUDA_ONLY_OPTIMIZERS, ConfigError, optimizer_kind
+from tsm_ds.engine.config.recipes import CUDA_ONLY_OPTIMIZERS, ConfigError, optimizer_kind
 
 __all__ = ["REMOVED_OPTIMIZERS", "CUDA_ONLY_OPTIMIZERS", "ZERO_TESTED_TYPES", "validate_config"]
 
@@ -69,7 +69,7 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
             raise ConfigError(f"ZeRO stage {stage} with optimizer {name!r}, which DeepSpeed has not tested with "
                               f"ZeRO: set \"zero_allow_untested_optimizer\": true (it works here, see "
                               f"ds_configs/cpu_zero1.json) or use Adam/AdamW")
-    from tsm_ds.engine.compression import parse_compression_block
+    from tsm_ds.engine.comm.compression import parse_compression_block
     try:
         active = parse_compression_block(tsm.get("compression")) is not None
     except ValueError as e:
@@ -82,9 +82,9 @@ def validate_config(ds_config: dict, tsm: dict, *, device: str, has_batchnorm: b
 
 def _check_fp16_sums(ds_config: dict, fp16: bool) -> None:
     """fp16 gradient sums over many ranks need a pre-division or fp32 communication
-    (:func:`tsm_ds.engine.config.predivide_factor` says why); refuse them above
-    :data:`tsm_ds.engine.config.FP16_SUM_MAX_RANKS` ranks."""
-    from tsm_ds.engine.config import FP16_SUM_MAX_RANKS
+    (:func:`tsm_ds.engine.config.resolve.predivide_factor` says why); refuse them above
+    :data:`tsm_ds.engine.config.resolve.FP16_SUM_MAX_RANKS` ranks."""
+    from tsm_ds.engine.config.resolve import FP16_SUM_MAX_RANKS
 
     comm = str(ds_config.get("communication_data_type") or ("fp16" if fp16 else "fp32")).lower()
     if not fp16 or comm in ("fp32", "float32", "float"):

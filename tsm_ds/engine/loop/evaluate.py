@@ -32,8 +32,8 @@ def _world() -> tuple[int, int]:
 
 
 def _comm_device() -> torch.device:
-    """CPU for gloo; the current CUDA device for NCCL (:func:`tsm_ds.engine.dist.collective_device`)."""
-    from tsm_ds.engine.dist import collective_device
+    """CPU for gloo; the current CUDA device for NCCL (:func:`tsm_ds.engine.comm.dist.collective_device`)."""
+    from tsm_ds.engine.comm.dist import collective_device
 
     return collective_device()
 
@@ -210,7 +210,7 @@ def validate(engine, loader, dataset=None, *, progress=lambda items: items, sele
             ``normalization`` (mean, std) normalises the uint8 clips (default: the loader's dataset's).
         progress: wraps the loader (the trainer's hooks beat per batch).
         select: dataset indices (ints) of the clips ``best_model.pt`` is chosen on
-            (:mod:`tsm_ds.engine.cadence`), or None: all the scored clips.
+            (:mod:`tsm_ds.engine.loop.cadence`), or None: all the scored clips.
 
     Returns:
         ``{"top1", "top5", "count", "loss", "select_top1", "lost"}`` (:func:`topk_accuracy`;

@@ -17,7 +17,7 @@ Why not the usual recipes:
   checkpoints and ``best_model.pt`` would carry them. DeepSpeed's ``engine.compile()`` compiles the
   module in place (``nn.Module.compile``), so the keys stay clean; a model the user compiled
   before handing it over is unwrapped here and compiled the same way (:func:`compile_engine`).
-  Readers accept ``_orig_mod.`` keys anyway (:mod:`tsm_ds.engine.checkpoint_reader`).
+  Readers accept ``_orig_mod.`` keys anyway (:mod:`tsm_ds.engine.checkpoint.reader`).
 
 Measured on this 2-core CPU (TSM-ResNet-18, 112 px; docs/performance.md, "Compute"): see the
 table there; channels_last and compile are off by default.

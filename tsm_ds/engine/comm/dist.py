@@ -41,7 +41,7 @@ def set_accelerator_env(*, device: str = "auto", needs_cuda: str | None = None,
 
     Args:
         device: ``--device`` (auto / cpu / cuda); needs_cuda: why the recipe needs CUDA (None: it
-            does not; :func:`tsm_ds.engine.recipes.recipe_needs_cuda`); recipe: its name.
+            does not; :func:`tsm_ds.engine.config.recipes.recipe_needs_cuda`); recipe: its name.
 
     Returns:
         A note for the log, or None.
@@ -80,7 +80,7 @@ def init_distributed(*, require_group: bool = True, timeout_s: float | None = No
     """Join the process group: the one distributed set-up of training, evaluation and the benches.
 
     Launched by ``deepspeed`` / ``torchrun`` (RANK, WORLD_SIZE, MASTER_* set), every rank joins the
-    fail-fast rendezvous of :mod:`tsm_ds.engine.rendezvous` (all ranks within ``timeout_s``, or
+    fail-fast rendezvous of :mod:`tsm_ds.engine.comm.rendezvous` (all ranks within ``timeout_s``, or
     every rank stops naming the missing ranks and hosts), then the process group is built on its
     store with the accelerator's backend (gloo on CPU, NCCL on CUDA, after pinning the rank to its
     LOCAL_RANK GPU) and the same ``timeout_s`` for every collective, and ``deepspeed.init_distributed``
@@ -94,18 +94,18 @@ def init_distributed(*, require_group: bool = True, timeout_s: float | None = No
         require_group: build a one-rank group for a plain ``python`` run.
         hosts: the hostfile's hosts in node order, to name a missing rank's host (``distributed.hosts``).
         timeout_s: rendezvous and collective limit in seconds (None: 300;
-            :func:`tsm_ds.engine.rendezvous.dist_timeout_s`).
+            :func:`tsm_ds.engine.comm.rendezvous.dist_timeout_s`).
         collective_s: the collectives' own limit when it differs (training: above the hang
-            watchdog's, :func:`tsm_ds.engine.rendezvous.collective_timeout_s`); None: ``timeout_s``.
+            watchdog's, :func:`tsm_ds.engine.comm.rendezvous.collective_timeout_s`); None: ``timeout_s``.
 
     Returns:
         (rank, world size).
 
     Raises:
-        tsm_ds.engine.rendezvous.RendezvousError: not every rank joined in time (the message names them).
+        tsm_ds.engine.comm.rendezvous.RendezvousError: not every rank joined in time (the message names them).
         ValueError: a bad timeout.
     """
-    from tsm_ds.engine.rendezvous import dist_timeout_s, rendezvous
+    from tsm_ds.engine.comm.rendezvous import dist_timeout_s, rendezvous
 
     if dist.is_initialized():
         release_cpu_shm_at_exit()

@@ -1,17 +1,17 @@
 """The components a training run gets by default (:func:`default_hooks`): the stop signal, the hang
 watchdog, the TensorBoard monitor, the validation cadence, and the test hooks and step callback its
-settings ask for; each one is a :class:`tsm_ds.engine.hooks.TrainHook` handed to the trainer when it
+settings ask for; each one is a :class:`tsm_ds.engine.loop.hooks.TrainHook` handed to the trainer when it
 is built."""
 from __future__ import annotations
 
 import os
 
-from tsm_ds.engine.cadence import EvalCadence
-from tsm_ds.engine.hooks import Hooks, NanInjection, StepCallback, TrainHook
-from tsm_ds.engine.monitor import Monitor
-from tsm_ds.engine.preempt import StopSignal
-from tsm_ds.engine.settings import TrainSettings
-from tsm_ds.engine.watchdog import Watchdog
+from tsm_ds.engine.guards.preempt import StopSignal
+from tsm_ds.engine.guards.watchdog import Watchdog
+from tsm_ds.engine.loop.cadence import EvalCadence
+from tsm_ds.engine.loop.hooks import Hooks, NanInjection, StepCallback, TrainHook
+from tsm_ds.engine.loop.monitor import Monitor
+from tsm_ds.engine.loop.settings import TrainSettings
 
 __all__ = ["default_hooks"]
 
@@ -19,14 +19,14 @@ __all__ = ["default_hooks"]
 def default_hooks(s: TrainSettings, *, extra: tuple[TrainHook, ...] = ()) -> Hooks:
     """The run's components from its settings, in calling order.
 
-    - :class:`~tsm_ds.engine.preempt.StopSignal` of ``s.stop_signals`` (save and stop, exit 75);
-    - :class:`~tsm_ds.engine.watchdog.Watchdog` with ``s.step_timeout`` / ``s.startup_timeout`` (rank and
+    - :class:`~tsm_ds.engine.guards.preempt.StopSignal` of ``s.stop_signals`` (save and stop, exit 75);
+    - :class:`~tsm_ds.engine.guards.watchdog.Watchdog` with ``s.step_timeout`` / ``s.startup_timeout`` (rank and
       world size from the launcher's ``RANK`` / ``WORLD_SIZE`` until set-up knows them);
-    - :class:`~tsm_ds.engine.monitor.Monitor` (TensorBoard scalars on rank 0);
-    - :class:`~tsm_ds.engine.cadence.EvalCadence` of ``s.eval_every`` (when to validate);
-    - :class:`~tsm_ds.engine.hooks.NanInjection` when ``s.inject_nan_step`` is set (test hook);
-    - :class:`~tsm_ds.engine.hooks.StepCallback` of ``s.step_callback`` when set;
-    - ``extra`` (e.g. :class:`~tsm_ds.engine.hooks.SignalSelf`, the stop-signal test hook).
+    - :class:`~tsm_ds.engine.loop.monitor.Monitor` (TensorBoard scalars on rank 0);
+    - :class:`~tsm_ds.engine.loop.cadence.EvalCadence` of ``s.eval_every`` (when to validate);
+    - :class:`~tsm_ds.engine.loop.hooks.NanInjection` when ``s.inject_nan_step`` is set (test hook);
+    - :class:`~tsm_ds.engine.loop.hooks.StepCallback` of ``s.step_callback`` when set;
+    - ``extra`` (e.g. :class:`~tsm_ds.engine.loop.hooks.SignalSelf`, the stop-signal test hook).
     """
     hooks: list[TrainHook] = [
         StopSignal(tuple(s.stop_signals)),

@@ -4,7 +4,7 @@ schedule, channels-last / compile), the gradient compressor, the data loaders, t
 manager, the divergence guard, and ``<run>/config.json``.
 
 :func:`build_engine` returns them in one :class:`EngineParts`; the loop
-(:mod:`tsm_ds.engine.trainer`) only uses them.
+(:mod:`tsm_ds.engine.loop.trainer`) only uses them.
 """
 from __future__ import annotations
 
@@ -19,21 +19,21 @@ import torch.distributed as dist
 
 from tsm_ds.data.bad_videos import BadVideoTracker
 from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
-from tsm_ds.engine import config as cfgmod  # called through the module: tests count the resolutions
-from tsm_ds.engine import reshard
-from tsm_ds.engine.cadence import ValSubset, val_subset
-from tsm_ds.engine.checkpoint import CheckpointManager
-from tsm_ds.engine.config_checks import validate_config
-from tsm_ds.engine.dist import device as current_device
-from tsm_ds.engine.dist import hosts, init_distributed
-from tsm_ds.engine.guard import DivergenceGuard, EngineGuard, lr_warmup_steps
-from tsm_ds.engine.loaders import default_num_workers
-from tsm_ds.engine.model_prep import compile_engine, has_batchnorm, prepare_model
-from tsm_ds.engine.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
-from tsm_ds.engine.recipes import AUTO, optimizer_kind
-from tsm_ds.engine.rendezvous import collective_timeout_s, dist_timeout_s
-from tsm_ds.engine.settings import TrainSettings, build_loaders, save_config_record
-from tsm_ds.engine.state import Layout
+from tsm_ds.engine.checkpoint.manager import CheckpointManager, reshard
+from tsm_ds.engine.comm.dist import device as current_device
+from tsm_ds.engine.comm.dist import hosts, init_distributed
+from tsm_ds.engine.comm.rendezvous import collective_timeout_s, dist_timeout_s
+from tsm_ds.engine.config import resolve as cfgmod  # called through the module: tests count the resolutions
+from tsm_ds.engine.config.checks import validate_config
+from tsm_ds.engine.config.recipes import AUTO, optimizer_kind
+from tsm_ds.engine.guards.divergence import DivergenceGuard, EngineGuard, lr_warmup_steps
+from tsm_ds.engine.loop.cadence import ValSubset, val_subset
+from tsm_ds.engine.loop.loaders import build_loaders, default_num_workers
+from tsm_ds.engine.loop.model_prep import compile_engine, has_batchnorm, prepare_model
+from tsm_ds.engine.loop.optim import apply_group_lrs, build_client_optimizer, client_scheduler_factory
+from tsm_ds.engine.loop.result import save_config_record
+from tsm_ds.engine.loop.settings import TrainSettings
+from tsm_ds.engine.loop.state import Layout
 from tsm_ds.utils.node import usable_cores
 
 __all__ = ["EngineParts", "build_engine", "make_reduce"]
@@ -46,7 +46,7 @@ class EngineParts:
     """What :func:`build_engine` built (see the module docstring).
 
     Attributes:
-        engine: the DeepSpeed engine; layout: the batch layout (:class:`~tsm_ds.engine.state.Layout`).
+        engine: the DeepSpeed engine; layout: the batch layout (:class:`~tsm_ds.engine.loop.state.Layout`).
         device: where batches go; input_dtype: the engine's input dtype (fp32, bf16 or fp16).
         ds_config, tsm: the resolved DeepSpeed config and ``tsm_ds`` block.
         group_names: the optimizer's parameter groups, in order.
@@ -57,9 +57,9 @@ class EngineParts:
             ``allreduce_bucket`` then sums one rank and divides by 1). It flattened and copied
             back every gradient each step: ~39 ms of a ~230 ms single-core step of ResNet-18 at
             32 px (cProfile of the large-batch study's run).
-        sampler, loader_gen, loader, val_loader: :func:`tsm_ds.engine.settings.build_loaders`.
+        sampler, loader_gen, loader, val_loader: :func:`tsm_ds.engine.loop.loaders.build_loaders`.
         val_subset: the capped validation subset of intermediate evaluations
-            (:func:`tsm_ds.engine.cadence.val_subset`), None without ``--eval-max-clips``.
+            (:func:`tsm_ds.engine.loop.cadence.val_subset`), None without ``--eval-max-clips``.
         ckpt: the checkpoint manager; guard: the divergence guard; bad: the bad-file tracker.
         reduce: ``f([floats]) -> [sums over ranks]``.
         to_device: ``f(clip) -> input``: a batch's uint8 (N, T, 3, H, W) clips moved to ``device``,
@@ -166,7 +166,7 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     compressor = None
     comp_cfg = tsm.get("compression")
     if comp_cfg and comp_cfg != "none" and not (isinstance(comp_cfg, dict) and comp_cfg.get("type") == "none"):
-        from tsm_ds.engine.compression import build_compressor
+        from tsm_ds.engine.comm.compression import build_compressor
         compressor = build_compressor(comp_cfg, eng)
     manual_comm = compressor is not None or not isinstance(eng.optimizer, ZeROOptimizer)
     if manual_comm:

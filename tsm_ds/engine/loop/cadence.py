@@ -1,6 +1,6 @@
 """Validation cadence (``--eval-every``) and the capped validation subset (``--eval-max-clips``).
 
-:class:`EvalCadence` is a trainer component (:class:`tsm_ds.engine.hooks.TrainHook`): the trainer
+:class:`EvalCadence` is a trainer component (:class:`tsm_ds.engine.loop.hooks.TrainHook`): the trainer
 asks ``validation_due`` after every optimizer step inside an epoch and at every epoch's end; the
 end of the run is evaluated whatever it answers, on the whole validation set. The syntax of
 ``--eval-every`` is :mod:`tsm_ds.config.cadence`'s.
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from tsm_ds.config.cadence import parse_eval_every
-from tsm_ds.engine.hooks import TrainHook
+from tsm_ds.engine.loop.hooks import TrainHook
 
 __all__ = ["EvalCadence", "ValSubset", "subset_indices", "val_subset"]
 
@@ -93,7 +93,7 @@ def val_subset(val_set, cap: int | None, *, seed: int, world: int, rank: int, ba
         val_set: the validation dataset (items ``{"clip", "label", "index", ...}``) or None.
         cap: ``--eval-max-clips`` or None; seed: the run's seed; world, rank: the ranks;
         batch_size: clips per rank per batch; num_workers: DataLoader workers; cuda: the rank trains
-        on CUDA (pinned memory, persistent workers: :func:`tsm_ds.engine.loaders.loader_options`).
+        on CUDA (pinned memory, persistent workers: :func:`tsm_ds.engine.loop.loaders.loader_options`).
 
     Raises:
         ValueError: ``cap < 1``.
@@ -109,7 +109,7 @@ def val_subset(val_set, cap: int | None, *, seed: int, world: int, rank: int, ba
     if getattr(val_set, "normalization", None) is not None:   # read by validate / gather_predictions
         sub.normalization = val_set.normalization
     from tsm_ds.data.packed_batch import collate_items
-    from tsm_ds.engine.loaders import loader_options
+    from tsm_ds.engine.loop.loaders import loader_options
 
     sampler = DistributedSampler(sub, num_replicas=world, rank=rank, shuffle=False)
     # collate_items: with --decode-device the items hold PackedClip s, which default_collate refuses

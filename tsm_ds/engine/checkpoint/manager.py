@@ -8,7 +8,7 @@ Layout under ``<run dir>/checkpoints``::
         rank00000.pt ...              ours, one per rank: RNG states, sampler position, compressor
         complete.json                 written last: the tag is whole; lists every file with its
                                       size and CRC-32 (the manifest), the world size, batch
-                                      layout and epoch position (tsm_ds.engine.reshard)
+                                      layout and epoch position (tsm_ds.engine.checkpoint.reshard)
     latest                        tag of the newest complete checkpoint (DeepSpeed's format)
 
 DeepSpeed writes client state from rank 0 only, so everything that differs per rank (RNG
@@ -24,14 +24,14 @@ a newest checkpoint that was truncated or corrupted after it was completed is sk
 warning, and ``--resume auto`` falls back to the previous complete one. Computing the manifest
 reads the files back once (CRC-32, about 1 GB/s; the files are still in the page cache).
 
-Resuming never runs code from the files (:mod:`tsm_ds.engine.safe_load`): every ``*.pt`` of the tag
+Resuming never runs code from the files (:mod:`tsm_ds.engine.checkpoint.safe_load`): every ``*.pt`` of the tag
 is first loaded weights-only (a file asking for a global outside the allowlist is refused, naming
 it), then DeepSpeed's ``load_checkpoint`` runs with its ``torch.load`` calls forced weights-only,
 and the ``rank*.pt`` files are read weights-only; ``trust=True`` (``--trust-checkpoint``) lifts that.
 
 Kept whole: saving, verifying, pruning and loading a tag are one protocol over one layout (the
 manifest, ``latest``, every rank agreeing) and change together; reading the other checkpoint kinds
-is already apart (:mod:`tsm_ds.engine.checkpoint_reader`).
+is already apart (:mod:`tsm_ds.engine.checkpoint.reader`).
 """
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tsm_ds.engine.checkpoint_reader import COMPLETE, CheckpointContents, read_checkpoint, wrapper_mismatch_cause  # noqa: F401 (re-exported)
-from tsm_ds.engine.safe_load import check_files, load_file, weights_only_loading
+from tsm_ds.engine.checkpoint.reader import COMPLETE, CheckpointContents, read_checkpoint, wrapper_mismatch_cause  # noqa: F401 (re-exported)
+from tsm_ds.engine.checkpoint.safe_load import check_files, load_file, weights_only_loading
 from tsm_ds.models.official import NotOfficialNameError
 from tsm_ds.utils.io import atomic_torch_save, atomic_write_text
 
@@ -240,7 +240,7 @@ class CheckpointManager:
             rank_state: this rank's state (RNG, sampler position, compressor), saved per rank.
             best_tag: the tag to keep besides the last N.
             meta: more keys for ``complete.json`` (the batch layout and data position that
-                :mod:`tsm_ds.engine.reshard` reads before any engine exists).
+                :mod:`tsm_ds.engine.checkpoint.reshard` reads before any engine exists).
 
         Returns:
             The tag written.
@@ -322,7 +322,7 @@ class CheckpointManager:
 
         Args:
             other_world: accept a checkpoint written by another world size: the engine state is
-                loaded, the per-rank state is not (None); :func:`tsm_ds.engine.reshard.load` builds it.
+                loaded, the per-rank state is not (None); :func:`tsm_ds.engine.checkpoint.reshard.load` builds it.
 
         Every file is loaded weights-only (module docstring); the files of the tag are checked
         first on every rank, so that all ranks refuse alike, naming the file.
@@ -333,7 +333,7 @@ class CheckpointManager:
         Raises:
             CheckpointResumeError: the checkpoint was written by another world size and
                 ``other_world`` is false (its per-rank data positions would not match).
-            tsm_ds.engine.safe_load.UntrustedCheckpointError: (without ``trust``) a file of the tag
+            tsm_ds.engine.checkpoint.safe_load.UntrustedCheckpointError: (without ``trust``) a file of the tag
                 asks to unpickle a global outside the allowlist; the message names the file, the
                 global and ``--trust-checkpoint``.
         """
@@ -384,7 +384,7 @@ def load_finetune_weights(model: torch.nn.Module, path: str | Path, *,
                           official_overrides: dict | None = None, trust: bool = False) -> dict:
     """Load weights for fine-tuning (``--tune-from``); the classifier is skipped when shapes differ.
 
-    Accepts every kind :func:`read_checkpoint` reads (:mod:`tsm_ds.engine.checkpoint_reader`): our
+    Accepts every kind :func:`read_checkpoint` reads (:mod:`tsm_ds.engine.checkpoint.reader`): our
     exports (``RUN/best_model.pt``), a run directory / its ``checkpoints/`` (the tag ``latest``
     names) / a tag directory (ZeRO-3 too), a plain state dict file, an official TSM ``.pth``
     (``official_overrides``: the model options used only for an official file whose name says
@@ -404,7 +404,7 @@ def load_finetune_weights(model: torch.nn.Module, path: str | Path, *,
     Raises:
         FileNotFoundError, ValueError, tsm_ds.models.weights.CheckpointError: from
         :func:`read_checkpoint` (missing path, not a checkpoint, a file that asks to unpickle code:
-        :class:`~tsm_ds.engine.safe_load.UntrustedCheckpointError`, ...; the message names the file).
+        :class:`~tsm_ds.engine.checkpoint.safe_load.UntrustedCheckpointError`, ...; the message names the file).
         RuntimeError: a non-head parameter is missing (wrong arch).
     """
     try:

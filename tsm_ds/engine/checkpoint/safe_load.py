@@ -44,7 +44,7 @@ import torch
 log = logging.getLogger("tsm_ds.checkpoint")
 
 _NUMPY_RNG = ("rank*.pt, every recipe: this rank's numpy RNG state, np.random.get_state(), holds a uint32 "
-              "ndarray (tsm_ds.engine.checkpoint.rng_state)")
+              "ndarray (tsm_ds.engine.checkpoint.manager.rng_state)")
 
 #: Globals allowed in ``torch.load(weights_only=True)`` besides torch's own set, with the files /
 #: recipes that pickle them. Found by saving a checkpoint with every ``ds_configs/cpu_*.json``

@@ -19,7 +19,7 @@ count): nothing is written on the hot path. When no progress came within the lim
    last beat), ``followed`` (the rank whose ``hang.json`` it followed; null: its own limit fired));
    it is there only once the rank's stacks are;
 4. removes its DeepSpeed CPU all-reduce buffer in /dev/shm (``os._exit`` skips the ``atexit``
-   clean-up of :func:`tsm_ds.engine.dist.release_cpu_shm_at_exit`);
+   clean-up of :func:`tsm_ds.engine.comm.dist.release_cpu_shm_at_exit`);
 5. waits (up to ``grace`` seconds) for the records of all ``world_size`` ranks, and rewrites
    ``hang.json`` atomically as the report, from whatever records arrived:
 
@@ -75,7 +75,7 @@ import threading
 import time
 from pathlib import Path
 
-from tsm_ds.engine.hooks import TrainHook
+from tsm_ds.engine.loop.hooks import TrainHook
 
 # EXIT_HUNG (6): the exit status of a rank stopped by the watchdog (the one table: tsm_ds.utils.exits)
 from tsm_ds.utils.exits import EXIT_HUNG
@@ -219,7 +219,7 @@ class Watchdog(TrainHook):
             self._arm_backstop()
         return self
 
-    # ---- the trainer's hook interface (tsm_ds.engine.hooks): start at set-up, beat on progress
+    # ---- the trainer's hook interface (tsm_ds.engine.loop.hooks): start at set-up, beat on progress
     def on_setup_start(self, run_dir) -> None:
         """Start the start-up clock before set-up (op builds, ``deepspeed.initialize``, resume)."""
         self.dir = Path(run_dir) / "stacks"
@@ -430,7 +430,7 @@ class Watchdog(TrainHook):
     def _release_shm() -> None:
         """Unlink this rank's DeepSpeed CPU all-reduce buffer (``os._exit`` skips ``atexit``)."""
         try:
-            from tsm_ds.engine.dist import release_cpu_shm_now
+            from tsm_ds.engine.comm.dist import release_cpu_shm_now
             release_cpu_shm_now()
         except Exception:   # exiting anyway: the buffer is only RAM to give back
             pass

@@ -20,24 +20,19 @@ import torch
 import torch.nn.functional as F
 
 from tsm_ds.data.bad_videos import DataLossError, check_data_loss, describe_loss, run_loss_reports
-from tsm_ds.engine.build import build_engine
-from tsm_ds.engine.checkpoint import CheckpointSaveError, save_weights_export, tag_for_step
-from tsm_ds.engine.components import default_hooks
-from tsm_ds.engine.evaluate import validate
-from tsm_ds.engine.guard import DivergenceError, decide_rollback
-from tsm_ds.engine.hooks import Hooks
-from tsm_ds.engine.position import load_position, resume_position, save_position
-from tsm_ds.engine.preempt import Preempted
-from tsm_ds.engine.settings import (
-    ResumableDistributedSampler,
-    StepStats,
-    TrainSettings,
-    run_summary,
-    step_metrics,
-    stopped_record,
-    write_run_result,
-)
-from tsm_ds.engine.state import RunState
+from tsm_ds.engine.checkpoint.manager import CheckpointSaveError, save_weights_export, tag_for_step
+from tsm_ds.engine.checkpoint.position import load_position, resume_position, save_position
+from tsm_ds.engine.guards.divergence import DivergenceError, decide_rollback
+from tsm_ds.engine.guards.preempt import Preempted
+from tsm_ds.engine.loop.build import build_engine
+from tsm_ds.engine.loop.components import default_hooks
+from tsm_ds.engine.loop.evaluate import validate
+from tsm_ds.engine.loop.hooks import Hooks
+from tsm_ds.engine.loop.loaders import ResumableDistributedSampler
+from tsm_ds.engine.loop.metrics import StepStats, step_metrics
+from tsm_ds.engine.loop.result import run_summary, stopped_record, write_run_result
+from tsm_ds.engine.loop.settings import TrainSettings
+from tsm_ds.engine.loop.state import RunState
 from tsm_ds.models.groups import parameter_groups
 
 __all__ = ["ResumableDistributedSampler", "TrainSettings", "Trainer"]   # the first two from .settings
@@ -64,8 +59,8 @@ class Trainer:
         settings: :class:`TrainSettings`.
         param_groups: ``f(model, weight_decay) -> [param group dicts]``; default the official
             recipe's groups (no decay on bias/BN; fc x5 / bias x10 when ``settings.head_lr_mults``).
-        hooks: the run's components (:mod:`tsm_ds.engine.hooks`); default
-            :func:`tsm_ds.engine.components.default_hooks` of ``settings``.
+        hooks: the run's components (:mod:`tsm_ds.engine.loop.hooks`); default
+            :func:`tsm_ds.engine.loop.components.default_hooks` of ``settings``.
 
     Raises (from ``fit``): ConfigError (a recipe that cannot work, before the first step),
     DataLossError (more unreadable files than ``settings.max_bad_fraction`` allows: stops within the epoch),
@@ -82,7 +77,7 @@ class Trainer:
         self.state, self.parts = RunState(), None
 
     def setup(self) -> None:
-        """Build the engine and everything around it (:func:`tsm_ds.engine.build.build_engine`)."""
+        """Build the engine and everything around it (:func:`tsm_ds.engine.loop.build.build_engine`)."""
         self.hooks.on_setup_start(self.s.run_dir)
         try:
             self.parts = build_engine(self.model, self.train_set, self.val_set, self.raw, self.s,
@@ -101,7 +96,7 @@ class Trainer:
         return next((int(d.img_size) for d in (self.val_set, self.train_set) if getattr(d, "img_size", None)), None)
 
     def save(self, epoch: int, micro: int) -> str:
-        """Checkpoint at (epoch, micro-batches done in it) (:func:`tsm_ds.engine.position.save_position`)."""
+        """Checkpoint at (epoch, micro-batches done in it) (:func:`tsm_ds.engine.checkpoint.position.save_position`)."""
         extra = {"class_names": list(self.s.class_names), "model_config": getattr(self.model, "config", None),
                  "img_size": self._img_size()}
         tag = save_position(self.parts, self.state, epoch=epoch, micro=micro, extra=extra, lrs=self._lrs())

@@ -7,13 +7,13 @@ by W0 ranks with global batch G0 = micro-batch m0 x accumulation a0 x W0 resumes
   G0 (the lr scaling rule, the steps per epoch and the lr schedule depend on it); the micro-batch
   stays m0 unless the recipe fixes another or ``--micro-batch-size`` is given; the accumulation is
   derived, G0 / (m x W1), whatever the recipe or ``--grad-accum`` said for the old world size.
-  When it does not divide, :class:`~tsm_ds.engine.recipes.ConfigError` names the numbers, the world
+  When it does not divide, :class:`~tsm_ds.engine.config.recipes.ConfigError` names the numbers, the world
   sizes that work and the micro-batches that would. The checkpoint's batch layout is read from its
   ``complete.json`` (written by :func:`manifest_fields` since this module exists), for older
   checkpoints from the run's ``config.json`` (``resolved_ds_config``).
 - **Data order**: after S micro-batches per rank, ``DistributedSampler``'s interleaved striding has
   consumed exactly the prefix P = S x m0 x W0 of the epoch's permutation. P is recorded; on W1 ranks
-  :class:`~tsm_ds.engine.settings.ResumableDistributedSampler` drops that prefix and shards the rest
+  :class:`~tsm_ds.engine.loop.loaders.ResumableDistributedSampler` drops that prefix and shards the rest
   ``[rank::W1]`` (:func:`remaining_shard`), and the trainer continues at micro-batch P / (m x W1)
   of the epoch. Each clip of the epoch is seen once, and step k of the epoch trains on the same
   clips as at W0 (tested). At an unchanged world size the order is ``DistributedSampler``'s own.
@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tsm_ds.engine.checkpoint_reader import COMPLETE
-from tsm_ds.engine.recipes import AUTO, ConfigError
+from tsm_ds.engine.checkpoint.reader import COMPLETE
+from tsm_ds.engine.config.recipes import AUTO, ConfigError
 
 __all__ = ["CheckpointLayout", "ReshardPlan", "annotate_filled", "check_optimizer_state", "load",
            "manifest_fields", "peek_resume_tag", "read_layout", "remaining_shard", "reseed",
@@ -179,7 +179,7 @@ def read_layout(tag_dir: str | Path) -> CheckpointLayout:
                                         "gradient_accumulation_steps"))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"checkpoint {tag_dir} does not record its batch layout (written before "
-                          f"tsm_ds.engine.reshard) and {rec_path} cannot tell it ({type(e).__name__}: {e}): "
+                          f"tsm_ds.engine.checkpoint.reshard) and {rec_path} cannot tell it ({type(e).__name__}: {e}): "
                           f"resume on {world} ranks as it was written, or start a new run from its weights "
                           f"with --tune-from {tag_dir}") from e
     return CheckpointLayout(tag_dir, world, g, m, a, None, str(rec_path))
@@ -296,7 +296,7 @@ def manifest_fields(layout, epoch: int, micro_in_epoch: int) -> dict:
     """The batch layout and data position stored in a checkpoint's ``complete.json``, readable
     before any engine exists (:func:`read_layout`): ``global_batch``, ``micro_batch``,
     ``accumulation``, ``epoch``, ``micro_in_epoch`` (per rank) and ``samples_in_epoch`` (P, all
-    ranks: ``micro_in_epoch x micro x world``), from a :class:`~tsm_ds.engine.state.Layout`."""
+    ranks: ``micro_in_epoch x micro x world``), from a :class:`~tsm_ds.engine.loop.state.Layout`."""
     return {"global_batch": int(layout.global_batch), "micro_batch": int(layout.micro),
             "accumulation": int(layout.accum), "epoch": int(epoch), "micro_in_epoch": int(micro_in_epoch),
             "samples_in_epoch": int(micro_in_epoch) * int(layout.micro) * int(layout.world)}
@@ -326,8 +326,8 @@ def _restart_compressor(comp, step: int) -> None:
 
 
 def load(ckpt, engine, tag: str, *, layout, seed: int, compressor=None) -> tuple[dict, dict]:
-    """Load checkpoint ``tag`` of ``ckpt`` (a :class:`~tsm_ds.engine.checkpoint.CheckpointManager`)
-    into ``engine``, at any world size; ``layout``: this run's :class:`~tsm_ds.engine.state.Layout`;
+    """Load checkpoint ``tag`` of ``ckpt`` (a :class:`~tsm_ds.engine.checkpoint.manager.CheckpointManager`)
+    into ``engine``, at any world size; ``layout``: this run's :class:`~tsm_ds.engine.loop.state.Layout`;
     ``seed``: the run's seed; ``compressor``: the 1-bit compressor or None.
 
     The same world size: :meth:`CheckpointManager.load` as it is. Another one: the engine state
@@ -344,7 +344,7 @@ def load(ckpt, engine, tag: str, *, layout, seed: int, compressor=None) -> tuple
             run's, or a position that is not a whole number of micro-batches here.
         ConfigError: the checkpoint's batch layout is unknown (:func:`read_layout`).
     """
-    from tsm_ds.engine.checkpoint import CheckpointResumeError, rng_state
+    from tsm_ds.engine.checkpoint.manager import CheckpointResumeError, rng_state
 
     tag_dir = ckpt.dir / tag
     if written_world(tag_dir) in (None, layout.world):   # (None: the manager's own error)

@@ -51,7 +51,7 @@ Precision and ZeRO:
 
 * ZeRO stage 0 only. ZeRO >= 1 reduce (reduce-scatter) the gradients inside their own optimizer,
   so there is no all-reduce left to replace: :func:`build_compressor` and
-  :func:`tsm_ds.engine.config_checks.validate_config` raise ``ValueError`` saying so.
+  :func:`tsm_ds.engine.config.checks.validate_config` raise ``ValueError`` saying so.
 * fp32 gradients (fp32 engine, or ``torch_autocast`` which keeps fp32 parameters): compressed in
   fp32. bf16/fp16 engines at ZeRO 0 (DeepSpeed's FP16_Optimizer keeps bf16/fp16 gradients in
   ``p.grad``): the gradient is copied to fp32, divided by the optimizer's current loss scale (fp16
@@ -79,7 +79,7 @@ compressed (0.138 vs 0.141), timm Lars diverged (4.8 vs 2.1; it hardly trained u
 With LAMB/LARS prefer a long ``freeze_step`` or bf16 communication.
 
 The tensor math (sign packing, :class:`ChunkLayout`, per-chunk scales, the scaled-sign quantiser)
-lives in :mod:`tsm_ds.engine.onebit`; its names are re-exported here.
+lives in :mod:`tsm_ds.engine.comm.onebit`; its names are re-exported here.
 
 Kept whole: 80 of its lines are this description (the algorithm, its JSON, its limits), and the
 tensor math is already apart.
@@ -93,7 +93,7 @@ import torch
 import torch.distributed as dist
 
 # re-exported (the public names are in __all__; _pack_bits_torch for tests/engine/test_compression.py)
-from tsm_ds.engine.onebit import (  # noqa: F401
+from tsm_ds.engine.comm.onebit import (  # noqa: F401
     ChunkLayout,
     _pack_bits_torch,
     chunk_scales,
@@ -126,7 +126,7 @@ def _zero_message(stage: int) -> str:
 
 def parse_compression_block(block: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Validated copy of the ``tsm_ds.compression`` block with defaults filled in; None for
-    "none" / absent. Called by :func:`tsm_ds.engine.config_checks.validate_config` (the one
+    "none" / absent. Called by :func:`tsm_ds.engine.config.checks.validate_config` (the one
     validator) and by :func:`build_compressor`.
 
     Raises:

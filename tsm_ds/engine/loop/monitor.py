@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsm_ds.engine.hooks import TrainHook
+from tsm_ds.engine.loop.hooks import TrainHook
 
 
 class ScalarWriter:
@@ -58,7 +58,7 @@ class ScalarWriter:
 
 class Monitor(TrainHook):
     """The trainer's TensorBoard component: a :class:`ScalarWriter` in ``<run_dir>/tensorboard/tsm_ds``
-    on rank 0, fed through the hook interface (:mod:`tsm_ds.engine.hooks`)."""
+    on rank 0, fed through the hook interface (:mod:`tsm_ds.engine.loop.hooks`)."""
 
     def __init__(self):
         self.writer: ScalarWriter | None = None

@@ -1,11 +1,11 @@
 """One reader for every checkpoint tsm_ds accepts: :func:`read_checkpoint` -> :class:`CheckpointContents`.
 
-Used by the trainer's ``--tune-from`` (:func:`tsm_ds.engine.checkpoint.load_finetune_weights`) and
+Used by the trainer's ``--tune-from`` (:func:`tsm_ds.engine.checkpoint.manager.load_finetune_weights`) and
 by the inference tools (:func:`tsm_ds.inference.loading.load_for_inference`: eval, predict,
 export), so that both accept the same paths and read them the same way. Kinds (``source``):
 
 * ``"state_dict"``: our export ``RUN/best_model.pt`` / ``RUN/last_model.pt``
-  (:func:`tsm_ds.engine.checkpoint.save_weights_export`: ``{"state_dict", "model_config",
+  (:func:`tsm_ds.engine.checkpoint.manager.save_weights_export`: ``{"state_dict", "model_config",
   "class_names", "img_size", ...}``), or a plain state dict file (bare, or under ``"state_dict"``; then
   ``model_config`` is None). Read with ``torch.load(weights_only=True)``.
 * ``"deepspeed"``: a trainer run directory ``RUN/`` (its ``checkpoints/``), a DeepSpeed save
@@ -15,7 +15,7 @@ export), so that both accept the same paths and read them the same way. Kinds (`
   parameters are partitioned; they are consolidated from every rank's ``*_optim_states.pt`` by
   DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``). DeepSpeed merges the trainer's client
   state (``model_config``, ``class_names``, ``img_size``) into that file. The ZeRO-3 shards are read
-  by DeepSpeed inside :func:`tsm_ds.engine.safe_load.weights_only_loading`, which makes its
+  by DeepSpeed inside :func:`tsm_ds.engine.checkpoint.safe_load.weights_only_loading`, which makes its
   ``torch.load`` calls weights-only too.
 * ``"official"``: an official TSM checkpoint (mit-han-lab/temporal-shift-module, ``main.py``:
   ``{"epoch", "arch", "state_dict", "optimizer", "best_prec1"}`` with ``module.base_model.*`` keys;
@@ -27,10 +27,10 @@ export), so that both accept the same paths and read them the same way. Kinds (`
   keys converted to ours by :func:`tsm_ds.models.official.load_official_checkpoint`, which also checks that every key
   fits the model the name describes.
 
-Trust (:mod:`tsm_ds.engine.safe_load`): every file is loaded with ``torch.load(weights_only=True)``
-and the allowlist :data:`~tsm_ds.engine.safe_load.SAFE_GLOBALS` (the DeepSpeed and numpy classes
+Trust (:mod:`tsm_ds.engine.checkpoint.safe_load`): every file is loaded with ``torch.load(weights_only=True)``
+and the allowlist :data:`~tsm_ds.engine.checkpoint.safe_load.SAFE_GLOBALS` (the DeepSpeed and numpy classes
 our own checkpoints hold), so loading never runs code from the file. A file that asks for anything
-else is refused with :class:`~tsm_ds.engine.safe_load.UntrustedCheckpointError` (file, global,
+else is refused with :class:`~tsm_ds.engine.checkpoint.safe_load.UntrustedCheckpointError` (file, global,
 ``--trust-checkpoint``); ``trust=True`` loads it with full unpickling after a warning.
 """
 from __future__ import annotations
@@ -46,14 +46,14 @@ from typing import Any, Mapping
 
 import torch
 
-from tsm_ds.engine.safe_load import UntrustedCheckpointError, check_files, load_file, weights_only_loading
+from tsm_ds.engine.checkpoint.safe_load import UntrustedCheckpointError, check_files, load_file, weights_only_loading
 
 #: DeepSpeed's model-states file of a tag directory: without ZeRO / ZeRO-1/2, and ZeRO-3
 MODEL_STATES = "mp_rank_00_model_states.pt"
 ZERO3_MODEL_STATES = "zero_pp_rank_0_mp_rank_00_model_states.pt"
 #: wrapper prefixes stripped from state-dict keys (DataParallel / DeepSpeed, torch.compile)
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
-#: written last into a finished tag by :meth:`tsm_ds.engine.checkpoint.CheckpointManager.save`
+#: written last into a finished tag by :meth:`tsm_ds.engine.checkpoint.manager.CheckpointManager.save`
 COMPLETE = "complete.json"
 _KINDS = ("a tsm_ds export such as RUN/best_model.pt, a run directory, its checkpoints/ directory "
           "or a tag directory, or an official TSM .pth file")
@@ -65,7 +65,7 @@ class CheckpointContents:
 
     Attributes:
         state_dict: parameter/buffer name -> CPU tensor; floating tensors float32 (weights of
-            fp16/bf16 engines are upcast, as :func:`tsm_ds.engine.checkpoint.save_weights_export`
+            fp16/bf16 engines are upcast, as :func:`tsm_ds.engine.checkpoint.manager.save_weights_export`
             does); ``module.`` / ``_orig_mod.`` wrapper prefixes (also nested) stripped, so the keys
             are those of the bare model (official files: converted to our names).
         model_config: :func:`tsm_ds.models.build_model` keyword arguments, or None when the file
@@ -91,7 +91,7 @@ def read_checkpoint(path: str | os.PathLike, *, official_overrides: Mapping[str,
     """Read any checkpoint tsm_ds accepts (the kinds are in the module docstring).
 
     Every ``torch.load`` (ours and DeepSpeed's, ZeRO-3 shards included) runs with
-    ``weights_only=True`` and the allowlist of :mod:`tsm_ds.engine.safe_load`: reading never runs
+    ``weights_only=True`` and the allowlist of :mod:`tsm_ds.engine.checkpoint.safe_load`: reading never runs
     code from the file.
 
     Args:
@@ -118,7 +118,7 @@ def read_checkpoint(path: str | os.PathLike, *, official_overrides: Mapping[str,
     Raises:
         FileNotFoundError: no such path; a directory without a DeepSpeed checkpoint; ``latest``
             naming a tag that is gone.
-        tsm_ds.engine.safe_load.UntrustedCheckpointError: (a ValueError) without ``trust``, a file
+        tsm_ds.engine.checkpoint.safe_load.UntrustedCheckpointError: (a ValueError) without ``trust``, a file
             that asks to unpickle a global outside the allowlist (it could run code): the message
             names the file, the global and ``--trust-checkpoint``.
         ValueError: a file that is not a checkpoint (not a PyTorch file, not a dict, no state
@@ -258,7 +258,7 @@ def _torch_error(e: Exception) -> str:
 
 
 def _load_any(path: Path, *, trust: bool) -> Any:
-    """A file that is not DeepSpeed's, loaded weights-only (:func:`tsm_ds.engine.safe_load.load_file`).
+    """A file that is not DeepSpeed's, loaded weights-only (:func:`tsm_ds.engine.checkpoint.safe_load.load_file`).
 
     Raises UntrustedCheckpointError (a global outside the allowlist, without ``trust``), ValueError
     naming the file for anything else torch cannot read."""
@@ -342,7 +342,7 @@ def _model_states_file(d: Path) -> Path:
 
 
 def _load_deepspeed_states(f: Path, *, trust: bool) -> dict:
-    """Read DeepSpeed's model-states file weights-only (:func:`tsm_ds.engine.safe_load.load_file`);
+    """Read DeepSpeed's model-states file weights-only (:func:`tsm_ds.engine.checkpoint.safe_load.load_file`);
     UntrustedCheckpointError as it comes, ValueError naming the file for anything else."""
     try:
         states = load_file(f, trust=trust)

@@ -4,7 +4,7 @@ What it is: sign packing 8 per byte (:func:`pack_signs` / :func:`unpack_signs`, 
 order), the padded per-tensor chunk layout of the flat gradient buffer (:class:`ChunkLayout`),
 per-chunk scales ``||v_chunk||_2 / sqrt(d)`` (:func:`chunk_scales`) and the scaled-sign quantiser
 with its compression error (:func:`quantise_`, :func:`scaled_sign`, :func:`decode_scaled_sign`).
-No ``torch.distributed`` here: :class:`tsm_ds.engine.compression.OneBitCompressor` runs the
+No ``torch.distributed`` here: :class:`tsm_ds.engine.comm.compression.OneBitCompressor` runs the
 collectives and keeps the error buffers; this module only transforms tensors, on any device.
 
 Source: the compressed all-reduce of 1-bit Adam (Tang et al. 2021, arXiv 2102.02888, Sec. 4;

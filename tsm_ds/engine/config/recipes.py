@@ -7,12 +7,12 @@ A recipe is a DeepSpeed config plus one ``"tsm_ds"`` block that DeepSpeed never 
 - ``tsm_ds.lr_schedule``: the client schedule (official step decay or cosine, linear warmup in
   optimizer steps), used instead of DeepSpeed's ``"scheduler"`` block (one or the other).
 - ``tsm_ds.lr_scaling``: ``{"rule": "linear"|"sqrt"|"none", "base_lr": 0.02, "base_batch": 128}``.
-- ``tsm_ds.compression``: handed to ``tsm_ds.engine.compression.build_compressor``.
+- ``tsm_ds.compression``: handed to ``tsm_ds.engine.comm.compression.build_compressor``.
 
 Keys whose name starts with ``_`` (``"_comment"``) are documentation and are dropped. Values that
 depend on the run may be ``"auto"`` (:data:`AUTO`), filled by
-:func:`tsm_ds.engine.config.resolve_config`; the resolved configuration is checked by
-:func:`tsm_ds.engine.config_checks.validate_config`.
+:func:`tsm_ds.engine.config.resolve.resolve_config`; the resolved configuration is checked by
+:func:`tsm_ds.engine.config.checks.validate_config`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ __all__ = ["AUTO", "ConfigError", "RECIPE_DIRS", "recipe_names", "resolve_recipe
 
 #: DeepSpeed optimizer types (a JSON "optimizer" block) that build a CUDA-only op
 CUDA_ONLY_OPTIMIZERS = {"lamb": "FusedLamb", "lion": "FusedLion"}
-#: a recipe value that the run fills (:func:`tsm_ds.engine.config.resolve_config`)
+#: a recipe value that the run fills (:func:`tsm_ds.engine.config.resolve.resolve_config`)
 AUTO = "auto"
 
 
@@ -35,8 +35,8 @@ class ConfigError(ValueError):
 #: where named recipes live: ``tsm_ds/ds_configs`` in an installed package (setup.py installs the
 #: top-level ``ds_configs/`` there), the repository's ``ds_configs/`` in a source checkout or an
 #: editable install
-RECIPE_DIRS: tuple[Path, ...] = (Path(__file__).resolve().parents[1] / "ds_configs",
-                                 Path(__file__).resolve().parents[2] / "ds_configs")
+RECIPE_DIRS: tuple[Path, ...] = (Path(__file__).resolve().parents[2] / "ds_configs",
+                                 Path(__file__).resolve().parents[3] / "ds_configs")
 
 
 def recipe_names() -> list[str]:
@@ -92,7 +92,7 @@ _TSM_SCHEMA: dict = {
     "lr_schedule": {"type": ("step", "cosine", "constant"), "warmup_steps": (_INT, "auto"),
                     "warmup_epochs": (_NUM, "auto"), "decay_epochs": (_LIST, "auto"), "gamma": _NUM,
                     "steps_per_epoch": _INT, "total_steps": _INT},
-    "compression": None,   # its own parser (tsm_ds.engine.compression.parse_compression_block) checks it
+    "compression": None,   # its own parser (tsm_ds.engine.comm.compression.parse_compression_block) checks it
     "zero_init_residual": _BOOL,
 }
 

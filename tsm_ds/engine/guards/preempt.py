@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import signal
 
-from tsm_ds.engine.hooks import TrainHook
+from tsm_ds.engine.loop.hooks import TrainHook
 
 # EXIT_PREEMPTED (75): the exit status of a run stopped by the signal after saving (sysexits'
 # EX_TEMPFAIL: "try again")
@@ -76,7 +76,7 @@ class StopSignal(TrainHook):
             signal.signal(sig, old)
         self._old.clear()
 
-    # ---- the trainer's hook interface (tsm_ds.engine.hooks)
+    # ---- the trainer's hook interface (tsm_ds.engine.loop.hooks)
     def on_setup_start(self, run_dir) -> None:
         """Catch the signals from set-up on."""
         self.install()

@@ -16,7 +16,7 @@ hook of its :class:`Hooks` at these points, always with plain values (never the 
 - ``validation_due(step, epoch_step, steps_per_epoch) -> bool | None``: asked after each optimizer
   step inside an epoch and at each epoch's end (``epoch_step == steps_per_epoch``): validate now?
   None = no opinion; the first hook with one decides, else every epoch's end (the cadence:
-  :class:`tsm_ds.engine.cadence.EvalCadence`). The run's end is validated whatever they say;
+  :class:`tsm_ds.engine.loop.cadence.EvalCadence`). The run's end is validated whatever they say;
 - ``stop_requested() -> str | None``: asked once per optimizer step: a reason (e.g. ``"SIGUSR1"``)
   makes the run save at that step and stop (summed over ranks with the step's statistics, so that
   every rank stops at the same step);

@@ -1,8 +1,8 @@
 """Engine JSON resolved for a run: every ``"auto"`` of a recipe filled (:func:`resolve_config`).
 
-The recipe format and the ``tsm_ds`` block: :mod:`tsm_ds.engine.recipes` (which also finds and reads
-recipes); the check of the result: :func:`tsm_ds.engine.config_checks.validate_config`; the run's
-record: :mod:`tsm_ds.engine.provenance`.
+The recipe format and the ``tsm_ds`` block: :mod:`tsm_ds.engine.config.recipes` (which also finds and reads
+recipes); the check of the result: :func:`tsm_ds.engine.config.checks.validate_config`; the run's
+record: :mod:`tsm_ds.engine.config.provenance`.
 
 Filling rules (every filled value is returned in ``filled`` and logged by the trainer):
 
@@ -35,7 +35,7 @@ import json
 import math
 from typing import Any
 
-from tsm_ds.engine.recipes import AUTO, ConfigError, optimizer_kind
+from tsm_ds.engine.config.recipes import AUTO, ConfigError, optimizer_kind
 
 __all__ = ["DEFAULTS", "FLAG_KEYS", "CLIENT_OPTIMIZERS", "SCALING_DEFAULT", "WARMUP_MAX_FRACTION", "scaled_lr",
            "warmup_steps_for", "resolve_config"]

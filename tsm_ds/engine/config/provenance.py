@@ -21,7 +21,7 @@ def provenance() -> dict:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    src = Path(__file__).resolve().parents[2]
+    src = Path(__file__).resolve().parents[3]
     commit = dirty = None
     try:
         commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -1,0 +1,4 @@
+"""The training loop and what it is built from: the engine build (DeepSpeed initialize, groups,
+loaders), the trainer's loop and its hooks, run state, validation, metrics, the run's settings and
+result files, optimizers and lr schedules, DataLoaders and the resumable sampler.
+"""
