@@ -26,7 +26,7 @@ setup(
     python_requires=">=3.10",
     # ds_configs/ stays at the top of the repository (the design) and is installed inside the
     # package as tsm_ds/ds_configs, so a non-editable install keeps the recipes
-    # (tsm_ds.engine.recipes.resolve_recipe finds them by name: --deepspeed_config cpu_fp32)
+    # (tsm_ds.engine.config.recipes.resolve_recipe finds them by name: --deepspeed_config cpu_fp32)
     packages=find_packages(include=["tsm_ds", "tsm_ds.*"]) + ["tsm_ds.ds_configs"],
     package_dir={"tsm_ds.ds_configs": "ds_configs"},
     package_data={"tsm_ds.ds_configs": ["*.json"]},

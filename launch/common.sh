@@ -36,7 +36,7 @@ tsm_helper() {
 
 # venv on PATH (its ninja: DeepSpeed's op cache is not rebuilt), the op cache on this node's disk;
 # TSM_NODE_ACCELERATOR: this node's accelerator (the helper's torch-free check), for this script
-# only. DS_ACCELERATOR is NOT set: each rank decides on its own node (tsm_ds.engine.dist), so a
+# only. DS_ACCELERATOR is NOT set: each rank decides on its own node (tsm_ds.engine.comm.dist), so a
 # login node without GPUs cannot send "cpu" to GPU nodes; a DS_ACCELERATOR you export is forwarded
 tsm_setup_env() {
   [ -x "$TSM_DS_VENV/bin/python" ] || tsm_die "no venv at $TSM_DS_VENV: run 'bash launch/setup.sh' first (on every host, or on a shared filesystem)"
@@ -48,7 +48,7 @@ tsm_setup_env() {
 }
 
 # build DeepSpeed's CPU comm op once on this node, in one process (20 s to 2 min the first time);
-# the ranks then load it from the cache (they also take a lock around it: tsm_ds.engine.dist)
+# the ranks then load it from the cache (they also take a lock around it: tsm_ds.engine.comm.dist)
 tsm_prebuild_op() {
   [ "${TSM_NODE_ACCELERATOR:-${DS_ACCELERATOR:-}}" = cpu ] || return 0
   [ -e "$TORCH_EXTENSIONS_DIR/deepspeed_shm_comm/deepspeed_shm_comm.so" ] && return 0   # built (the ranks check again)
