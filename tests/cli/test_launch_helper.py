@@ -259,3 +259,21 @@ def test_exit_statuses_are_one_table():
     assert p.stdout.strip() == "6"
     p = _helper("exit-code", "nope")
     assert p.returncode == 2 and "one of ok, config, diverged" in p.stderr
+
+
+def test_ops_cache_is_node_local_keyed_by_versions_and_shared_by_every_command(tmp_path):
+    """DeepSpeed's op cache: TORCH_EXTENSIONS_DIR when set, else $TMPDIR/tsm_ds_ops_<uid>/<versions> on
+    the node itself (no build lock on a shared filesystem); set-up, the launch scripts, the tests and
+    a plain training run all ask this one function (launch_helper ops-cache)."""
+    import os
+    from importlib.metadata import version
+
+    assert node.ops_cache_dir({"TORCH_EXTENSIONS_DIR": "/given"}) == "/given"
+    got = node.ops_cache_dir({"TMPDIR": str(tmp_path)})
+    assert got == str(tmp_path / f"tsm_ds_ops_{os.getuid()}" / f"torch-{version('torch')}_deepspeed-"
+                      f"{version('deepspeed')}_py{sys.version_info[0]}.{sys.version_info[1]}")
+    assert node.ops_cache_dir({}).startswith("/tmp/tsm_ds_ops_")
+    code, out, _ = lh.answer("ops-cache", [], {"TMPDIR": str(tmp_path)})
+    assert code == 0 and out == got
+    for script in ("launch/setup.sh", "launch/run_tests.sh", "launch/common.sh"):
+        assert "ops-cache" in (REPO / script).read_text(), script

@@ -480,3 +480,27 @@ def test_train_somethingv2_then_eval_scores_val_minus_missing(roots, tmp_path):
                           "--no-plot"]) == 0
     m2 = json.loads((tmp_path / "ev2" / "metrics.json").read_text())
     assert m2["videos"] == 2 and m2["meta"]["missing_videos"] == ["23"] and m2["top1"] == m["top1"]
+
+
+@pytest.mark.slow
+def test_train_command_trains_one_step_on_every_other_dataset(roots, tmp_path):
+    """``python -m tsm_ds.train --dataset NAME --data ROOT`` trains (one optimizer step, validation, result.json)
+    on the fixtures of somethingv1, jester, ucf101 split 2, hmdb51 split 3 and kinetics700: one process runs
+    the five trainings in turn (~30 s)."""
+    runs = {"somethingv1": [], "jester": [], "ucf101": ["--dataset-split", "2"], "hmdb51": ["--dataset-split", "3"],
+            "kinetics700": []}
+    argvs = [["--dataset", name, *extra, "--data", str(roots[name]), "--arch", "resnet18", "--num-segments", "2",
+              "--img-size", "32", "--batch-size", "2", "--micro-batch-size", "2", "--max-steps", "1", "--epochs", "1",
+              "--num-workers", "0", "--no-progress", "--deepspeed_config", "ds_configs/cpu_fp32.json",
+              "--output-dir", str(tmp_path), "--run-name", name] for name, extra in runs.items()]
+    code = ("import json, sys; from tsm_ds.cli.train import main; "
+            "sys.exit(max(main(a) for a in json.loads(sys.argv[1])))")
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(argvs)], cwd=REPO,
+                       env={**os.environ, "DS_ACCELERATOR": "cpu"}, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for name in runs:
+        result = json.loads((tmp_path / name / "result.json").read_text())
+        rec = json.loads((tmp_path / name / "config.json").read_text())
+        assert result["status"] == "completed" and result["steps"] == 1 and result["val_clips"] >= 1, name
+        assert rec["config"]["data"]["dataset"] == name
+        assert rec["run"]["flip"] is (name not in ("somethingv1", "jester")), name

@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from tsm_ds.data.bad_videos import BadVideoTracker
 from tsm_ds.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_batch
-from tsm_ds.engine.checkpoint.manager import CheckpointManager, reshard
+from tsm_ds.engine.checkpoint import reshard
+from tsm_ds.engine.checkpoint.manager import CheckpointManager
 from tsm_ds.engine.comm.dist import device as current_device
 from tsm_ds.engine.comm.dist import hosts, init_distributed
 from tsm_ds.engine.comm.rendezvous import collective_timeout_s, dist_timeout_s
