@@ -354,7 +354,8 @@ def test_a_run_whose_loss_climbs_gradually_is_stopped_by_the_stuck_rule_with_eve
            info["train_list"], "--val-list", info["val_list"], "--arch", "resnet18", "--img-size", "32",
            "--num-segments", "2", "--no-flip", "--batch-size", "8", "--micro-batch-size", "8", "--epochs", "100",
            "--max-steps", "60", "--num-workers", "0", "--no-progress", "--seed", "0", "--lr", "0.1",
-           "--warmup-steps", "10", "--cache-decoded", "--output-dir", str(tmp_path / "runs"), "--run-name", "stuck"]
+           "--warmup-steps", "10", "--head-lr-mults", "on",   # fc x5 / bias x10: the run the study recorded
+           "--cache-decoded", "--output-dir", str(tmp_path / "runs"), "--run-name", "stuck"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 3, out[-3000:]
