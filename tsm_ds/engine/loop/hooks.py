@@ -80,13 +80,17 @@ class Hooks(TrainHook):
     def __init__(self, hooks: Iterable[TrainHook] = ()):
         self.hooks = [h for h in hooks if h is not None]
 
-    def on_setup_start(self, run_dir) -> None:
+    def call(self, name: str, *args) -> None:
+        """Call the notification ``name`` (a :class:`TrainHook` method returning None) on every hook,
+        in order: the one dispatch of the notifications below."""
         for h in self.hooks:
-            h.on_setup_start(run_dir)
+            getattr(h, name)(*args)
+
+    def on_setup_start(self, run_dir) -> None:
+        self.call("on_setup_start", run_dir)
 
     def on_setup_end(self, rank: int, world: int) -> None:
-        for h in self.hooks:
-            h.on_setup_end(rank, world)
+        self.call("on_setup_end", rank, world)
 
     def on_loss(self, loss, step, rank):
         for h in self.hooks:
@@ -94,24 +98,19 @@ class Hooks(TrainHook):
         return loss
 
     def on_step(self, step: int, info: dict) -> None:
-        for h in self.hooks:
-            h.on_step(step, info)
+        self.call("on_step", step, info)
 
     def on_metrics(self, values: dict, step: int) -> None:
-        for h in self.hooks:
-            h.on_metrics(values, step)
+        self.call("on_metrics", values, step)
 
     def on_progress(self, what: str) -> None:
-        for h in self.hooks:
-            h.on_progress(what)
+        self.call("on_progress", what)
 
     def on_epoch_end(self, epoch: int, step: int) -> None:
-        for h in self.hooks:
-            h.on_epoch_end(epoch, step)
+        self.call("on_epoch_end", epoch, step)
 
     def on_rollback(self, step: int) -> None:
-        for h in self.hooks:
-            h.on_rollback(step)
+        self.call("on_rollback", step)
 
     def validation_due(self, step: int, epoch_step: int, steps_per_epoch: int) -> bool:
         """The first hook's opinion; without one, every epoch's end (and only it)."""
@@ -126,8 +125,7 @@ class Hooks(TrainHook):
         return next((r for r in reasons if r), None)
 
     def on_end(self) -> None:
-        for h in self.hooks:
-            h.on_end()
+        self.call("on_end")
 
     def beating(self, items: Iterable, what: str = "eval") -> Iterator:
         """``items`` passed through, with :meth:`on_progress` after each one (evaluation batches)."""
