@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from tsm_ds.config import Config, parse
+from tsm_ds.config import Config, parse, tree_with
 from tsm_ds.config.cadence import parse_eval_every
 from tsm_ds.config.commands import TRAIN
 from tsm_ds.engine.loop.cadence import EvalCadence, subset_indices, val_subset
@@ -47,9 +47,11 @@ def test_bad_eval_every_names_the_flag(bad, capsys):
     err = capsys.readouterr().err
     assert f"--eval-every {bad!r}: give an integer number of optimizer steps" in err and "'epoch'" in err
     with pytest.raises(ValueError, match="--eval-every"):
-        TrainSettings(run_dir="r", eval_every=bad)
+        TrainSettings(run_dir="r", config=tree_with({"schedule.eval_every": bad}))
     with pytest.raises(ValueError, match="--eval-max-clips"):
-        TrainSettings(run_dir="r", eval_max_clips=0)
+        TrainSettings(run_dir="r", config=tree_with({"schedule.eval_max_clips": 0}))
+    with pytest.raises(ValueError, match="--eval-batch-size"):
+        TrainSettings(run_dir="r", config=tree_with({"schedule.eval_batch_size": 0}))
 
 
 def test_flags_parse_and_default_keeps_every_epoch():

@@ -91,6 +91,7 @@ class Clips(torch.utils.data.Dataset):
 def _run_scenario(sc: dict) -> None:
     import torch.distributed as dist
 
+    from tsm_ds.config import tree_with
     from tsm_ds.engine.config.recipes import load_config
     from tsm_ds.engine.loop.model_prep import is_channels_last
     from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
@@ -104,10 +105,13 @@ def _run_scenario(sc: dict) -> None:
         model = model.to(memory_format=torch.channels_last)   # what crashed deepspeed.initialize
     if sc.get("wrap_compile"):
         model = torch.compile(model)                           # unwrapped by the trainer
-    settings = TrainSettings(run_dir=Path(sc["run_dir"]), epochs=1, max_steps=2, num_workers=0, class_names=list("abc"),
-                             flags={"batch_size": 4, "micro_batch_size": 2, "lr": 0.2, "lr_steps": [1]},
-                             progress=False, channels_last=sc.get("channels_last", False),
-                             compile=sc.get("compile", False), max_bad_fraction=sc.get("max_bad_fraction", 0.01))
+    config = tree_with({"schedule.epochs": 1, "schedule.max_steps": 2, "data.num_workers": 0,
+                        "schedule.batch_size": 4, "schedule.micro_batch_size": 2, "schedule.lr": 0.2,
+                        "schedule.lr_steps": [1], "logging.progress": False,
+                        "model.channels_last": sc.get("channels_last", False),
+                        "model.compile": sc.get("compile", False),
+                        "data.max_bad_fraction": sc.get("max_bad_fraction", 0.01)})
+    settings = TrainSettings(run_dir=Path(sc["run_dir"]), config=config, class_names=list("abc"))
     tr = Trainer(model, Clips(8, bad=sc.get("bad", False)), Clips(4, seed=9),
                  load_config(REPO / "ds_configs" / f"{sc['recipe']}.json"),
                  settings, param_groups=groups)

@@ -266,6 +266,7 @@ def _engine_json(name: str) -> dict:
 def _worker(spec: dict) -> None:
     """A plain ``python`` process (a world of one): per recipe, train 2 steps (a checkpoint), then resume
     it for a 3rd step with the trainer's default (weights-only) loading; results to results.json."""
+    from tsm_ds.config import tree_with
     from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
 
     torch.set_num_threads(1)
@@ -274,12 +275,14 @@ def _worker(spec: dict) -> None:
         model, size = (_resnet18, SIZE) if name == "zero3_resnet18" else (Tiny, 8)
 
         def settings(**kw):
-            return TrainSettings(run_dir=out / name, epochs=1, num_workers=0, class_names=NAMES, progress=False,
-                                 flags={"batch_size": 2, "micro_batch_size": 2}, keep_last=1, **kw)
+            config = tree_with({"schedule.epochs": 1, "data.num_workers": 0, "logging.progress": False,
+                                "schedule.batch_size": 2, "schedule.micro_batch_size": 2, "output.keep_last": 1, **kw})
+            return TrainSettings(run_dir=out / name, config=config, class_names=NAMES)
 
         try:
-            Trainer(model(), Clips(8, size), None, _engine_json(name), settings(max_steps=2)).fit()
-            tr = Trainer(model(), Clips(8, size), None, _engine_json(name), settings(max_steps=3, resume="auto"))
+            Trainer(model(), Clips(8, size), None, _engine_json(name), settings(**{"schedule.max_steps": 2})).fit()
+            tr = Trainer(model(), Clips(8, size), None, _engine_json(name), settings(**{"schedule.max_steps": 3,
+                                                                                "output.resume": "auto"}))
             tr.fit()
             results[name] = {"step": tr.state.step}
         except Exception as e:  # noqa: BLE001 - reported per recipe

@@ -92,6 +92,7 @@ def tiny_groups(m, weight_decay):
 def _run_scenario(sc: dict) -> None:
     import torch.distributed as dist
 
+    from tsm_ds.config import tree_with
     from tsm_ds.engine.config.recipes import load_config
     from tsm_ds.engine.loop.evaluate import gather_predictions
     from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
@@ -118,10 +119,11 @@ def _run_scenario(sc: dict) -> None:
         if step == sc.get("kill_at_step"):
             os.kill(os.getpid(), signal.SIGKILL)  # a real kill: no cleanup, no save
 
-    settings = TrainSettings(run_dir=Path(sc["run_dir"]), epochs=sc["epochs"], max_steps=sc.get("max_steps"),
-                             seed=sc.get("seed", 0), num_workers=sc.get("num_workers", 0),
-                             resume=sc.get("resume"), save_every_steps=sc.get("save_every_steps", 0),
-                             class_names=["a", "b", "c"], flags=sc["flags"], progress=False, step_callback=cb)
+    config = tree_with({"schedule.epochs": sc["epochs"], "schedule.max_steps": sc.get("max_steps"),
+                        "schedule.seed": sc.get("seed", 0), "data.num_workers": sc.get("num_workers", 0),
+                        "output.resume": sc.get("resume"), "output.save_every_steps": sc.get("save_every_steps", 0),
+                        "logging.progress": False, **{f"schedule.{k}": v for k, v in sc["flags"].items()}})
+    settings = TrainSettings(run_dir=Path(sc["run_dir"]), config=config, class_names=["a", "b", "c"], step_callback=cb)
     recipe = REPO / "ds_configs" / sc["recipe"] if "recipe" in sc else RECIPE
     from tsm_ds.engine.config import resolve as cfgmod
     calls = []

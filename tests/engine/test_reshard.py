@@ -259,6 +259,7 @@ def _rank_main(spec: dict) -> None:
 
     import torch.distributed as dist
 
+    from tsm_ds.config import tree_with
     from tsm_ds.engine.config.recipes import load_config
     from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
 
@@ -271,11 +272,12 @@ def _rank_main(spec: dict) -> None:
     def record(step, info):   # the clips this rank loaded for this optimizer step
         steps[step], data.seen[:] = list(data.seen), []
 
-    settings = TrainSettings(run_dir=Path(spec["run_dir"]), epochs=2, max_steps=spec.get("max_steps"), seed=SEED,
-                             num_workers=0, resume=spec.get("resume"), save_every_steps=2, keep_last=10,
-                             class_names=["a", "b", "c"],
-                             flags={"batch_size": GLOBAL, "micro_batch_size": 1, "lr": 0.1, "lr_steps": [1]},
-                             progress=False, step_callback=record)
+    config = tree_with({"schedule.epochs": 2, "schedule.max_steps": spec.get("max_steps"), "schedule.seed": SEED,
+                        "data.num_workers": 0, "output.resume": spec.get("resume"), "output.save_every_steps": 2,
+                        "output.keep_last": 10, "schedule.batch_size": GLOBAL, "schedule.micro_batch_size": 1,
+                        "schedule.lr": 0.1, "schedule.lr_steps": [1], "logging.progress": False})
+    settings = TrainSettings(run_dir=Path(spec["run_dir"]), config=config, class_names=["a", "b", "c"],
+                             step_callback=record)
     tr = Trainer(Tiny(), data, None, load_config(spec.get("recipe", "cpu_fp32")), settings, param_groups=_groups)
     tr.fit()
     lay = tr.parts.layout

@@ -57,7 +57,7 @@ def _train(batch: int, control: bool, out: Path) -> dict:
     import torch
 
     from tsm_ds.cli.train import prepare_large_batch_model
-    from tsm_ds.config import Config
+    from tsm_ds.config import Config, tree_with
     from tsm_ds.engine.config.recipes import load_config
     from tsm_ds.engine.guards.divergence import DivergenceError
     from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
@@ -71,10 +71,12 @@ def _train(batch: int, control: bool, out: Path) -> dict:
     torch.manual_seed(0)
     model = build_model("resnet18", K, num_segments=T, dropout=0.0)
     prepare_large_batch_model(model, Config().model, raw)
-    settings = TrainSettings(run_dir=out / f"b{batch}{'_control' if control else ''}", epochs=EPOCHS, num_workers=0,
-                             class_names=[str(k) for k in range(K)], progress=False, head_lr_mults=control,
-                             flags={"batch_size": batch, "micro_batch_size": min(batch, 64), "lr_steps": [2 * EPOCHS]},
-                             max_bad_fraction=0.0)
+    config = tree_with({"schedule.epochs": EPOCHS, "data.num_workers": 0, "logging.progress": False,
+                        "schedule.head_lr_mults": "on" if control else "off", "schedule.batch_size": batch,
+                        "schedule.micro_batch_size": min(batch, 64), "schedule.lr_steps": [2 * EPOCHS],
+                        "data.max_bad_fraction": 0.0})
+    settings = TrainSettings(run_dir=out / f"b{batch}{'_control' if control else ''}", config=config,
+                             class_names=[str(k) for k in range(K)])
     try:
         r = Trainer(model, _clips(TRAIN, 1), _clips(VAL, 2), raw, settings).fit()
     except DivergenceError as e:

@@ -365,34 +365,11 @@ def _model(cfg: Config, engine_json: dict, log: logging.Logger, *, num_classes: 
 
 
 def train_settings(cfg: Config, *, run_dir: Path, class_names: list, record: dict):
-    """The trainer's :class:`~tsm_ds.engine.loop.settings.TrainSettings` from the tree's sections.
+    """The trainer's :class:`~tsm_ds.engine.loop.settings.TrainSettings`: the run's folder and tree.
     Raises ValueError: a threshold out of range (the message names the flag)."""
-    from tsm_ds.engine.guards.divergence import GuardSettings
     from tsm_ds.engine.loop.trainer import TrainSettings
-    from tsm_ds.models.groups import head_mults_on
 
-    d, m, sch, out = cfg.data, cfg.model, cfg.schedule, cfg.output
-    g, dist_cfg, dbg = cfg.guard, cfg.distributed, cfg.debug
-    return TrainSettings(run_dir=run_dir, epochs=sch.epochs, max_steps=sch.max_steps,
-                         seed=sch.seed, num_workers=d.num_workers, resume=out.resume,
-                         save_every_steps=out.save_every_steps, keep_last=out.keep_last,
-                         class_names=class_names, flags=sch.engine_flags(), record=record,
-                         progress=cfg.logging.progress, eval_every=sch.eval_every,
-                         eval_max_clips=sch.eval_max_clips,
-                         guard=GuardSettings(factor=g.divergence_factor, max_skipped=g.max_skipped_steps,
-                                             stuck_factor=g.stuck_factor, stuck_steps=g.stuck_steps),
-                         on_divergence=g.on_divergence, rollback_lr_factor=g.rollback_lr_factor,
-                         max_rollbacks=g.max_rollbacks, inject_nan_step=dbg.inject_nan_at_step,
-                         inject_nan_rank=dbg.inject_nan_rank, dist_timeout=dist_cfg.dist_timeout,
-                         hosts=tuple(dist_cfg.hosts), test_hang=dbg.test_hang,
-                         stop_signals=() if dist_cfg.stop_signal.lower() == "none"
-                         else (dist_cfg.stop_signal.upper(),),
-                         step_timeout=dist_cfg.step_timeout, startup_timeout=dist_cfg.startup_timeout,
-                         channels_last=m.channels_last, compile=m.compile,
-                         trust_checkpoint=cfg.checkpoint.trust_checkpoint,
-                         max_bad_fraction=d.max_bad_fraction,
-                         head_lr_mults=head_mults_on(sch.head_lr_mults, pretrained=bool(m.pretrained),
-                                                     tune_from=m.tune_from))
+    return TrainSettings(run_dir=run_dir, config=cfg, class_names=class_names, record=record)
 
 
 def _trainer(cfg: Config, log: logging.Logger, rank: int, model, train_set, val_set, engine_json: dict,
@@ -401,8 +378,6 @@ def _trainer(cfg: Config, log: logging.Logger, rank: int, model, train_set, val_
     setting out of range, a recipe that cannot work here) or RendezvousError."""
     from tsm_ds.config.record import run_record
     from tsm_ds.engine.config.recipes import ConfigError
-    from tsm_ds.engine.loop.components import default_hooks
-    from tsm_ds.engine.loop.hooks import SignalSelf
     from tsm_ds.engine.loop.trainer import Trainer
 
     run_dir = run_dir_of(cfg, cfg_path)
@@ -414,11 +389,7 @@ def _trainer(cfg: Config, log: logging.Logger, rank: int, model, train_set, val_
         settings = train_settings(cfg, run_dir=run_dir, class_names=split.class_names, record=record)
     except ValueError as e:
         raise ConfigStop(str(e)) from None
-    dbg = cfg.debug
-    extra = ()   # test hook (see the field): that rank signals itself after that step
-    if dbg.inject_signal_at_step is not None and settings.stop_signals:
-        extra = (SignalSelf(dbg.inject_signal_at_step, dbg.inject_signal_rank, settings.stop_signals[0]),)
-    trainer = Trainer(model, train_set, val_set, engine_json, settings, hooks=default_hooks(settings, extra=extra))
+    trainer = Trainer(model, train_set, val_set, engine_json, settings)
     try:
         trainer.setup()
     except ConfigError as e:

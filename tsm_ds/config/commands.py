@@ -23,15 +23,19 @@ CHECKPOINT_MODEL_FIELDS = ("model.arch", "model.num_classes", "model.num_segment
 _FROM_CHECKPOINT = {p: None for p in CHECKPOINT_MODEL_FIELDS} | {"data.img_size": None}
 
 #: ``tsm-ds config``: the engine JSON resolved for a planned job
+#: (the schedule fields it names are the engine JSON's inputs: a new training-only schedule field stays
+#: out of it without an ``exclude``)
 PLAN = Command(prog="tsm-ds config", description="The engine JSON a training run would use, resolved, without "
-               "launching it.", sections=("plan", "schedule"),
+               "launching it.", sections=("plan",),
                fields=("engine.deepspeed_config", "model.arch", "model.num_classes", "model.num_segments",
                        "model.shift", "model.shift_div", "model.shift_place", "model.temporal_pool",
-                       "model.dropout", "model.partial_bn", "model.pretrained", "distributed.dist_timeout",
-                       "distributed.step_timeout", "distributed.startup_timeout"),
+                       "model.dropout", "model.partial_bn", "model.pretrained", "schedule.epochs",
+                       "schedule.max_steps", "schedule.batch_size", "schedule.micro_batch_size", "schedule.grad_accum",
+                       "schedule.lr", "schedule.weight_decay", "schedule.clip_grad", "schedule.warmup_steps",
+                       "schedule.warmup_epochs", "schedule.head_lr_mults", "schedule.lr_steps",
+                       "distributed.dist_timeout", "distributed.step_timeout", "distributed.startup_timeout"),
                defaults={"model.num_classes": 400},
-               required=("engine.deepspeed_config", "plan.world_size", "plan.train_samples"),
-               exclude=("schedule.seed", "schedule.eval_every", "schedule.eval_max_clips"))
+               required=("engine.deepspeed_config", "plan.world_size", "plan.train_samples"))
 
 #: ``tsm-ds eval``
 EVAL = Command(prog="tsm-ds eval", description="Multi-view evaluation of a checkpoint, on one process or many.",

@@ -26,7 +26,8 @@ from tsm_ds.config.env import unwrap_optional
 from tsm_ds.config.fields import ConfigTreeError, field_infos
 from tsm_ds.config.tree import TRAIN_SECTIONS, Config
 
-__all__ = ["SCHEMA_VERSION", "tree_to_record", "tree_from_record", "load_run_config", "run_record", "check_value"]
+__all__ = ["SCHEMA_VERSION", "tree_to_record", "tree_from_record", "load_run_config", "run_record", "check_value",
+           "tree_with"]
 
 SCHEMA_VERSION = 2
 
@@ -114,6 +115,26 @@ def _set(cfg: Config, path: str, value: Any, *, source: str = "config.json", key
     info = field_infos(Config)[path]
     value = check_value(info, value, source=source, key=key or f"config.{path}")
     setattr(getattr(cfg, sec), name, value)
+
+
+def tree_with(values: dict[str, Any], base: Config | None = None) -> Config:
+    """A copy of ``base`` (default: the defaults) with ``values`` set: ``{"section.field": value}``,
+    each checked as a value read from a file is (:func:`check_value`). For programs that start a run
+    themselves (tests, the doctor, studies) without a command line.
+
+    Raises:
+        ConfigTreeError: an unknown ``section.field``, a wrong type or a value outside the choices.
+    """
+    import copy
+
+    cfg = copy.deepcopy(base) if base is not None else Config()
+    infos = field_infos(Config)
+    for path, value in values.items():
+        if path not in infos:
+            raise ConfigTreeError(f"tree_with: {path!r} is no field of the configuration tree (section.field, "
+                                  f"e.g. 'schedule.epochs')")
+        _set(cfg, path, value, source="tree_with", key=path)
+    return cfg
 
 
 def tree_from_record(record: dict, *, source: str = "config.json") -> tuple[Config, list[str]]:

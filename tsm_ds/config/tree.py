@@ -174,6 +174,7 @@ class ScheduleConfig:
                           "of the run is always evaluated on the whole validation set", parse=check_eval_every)
     eval_max_clips: int | None = opt(None, "intermediate evaluations score a fixed seeded subset of this many "
                                      "validation clips (the same every time; the final one: the whole set)")
+    eval_batch_size: int | None = opt(None, "clips per rank per validation batch (default: the micro-batch)")
 
     def engine_flags(self) -> dict:
         """``{FLAG_KEYS name: value or None}``: the ``flags`` of :func:`tsm_ds.engine.config.resolve.resolve_config`."""

@@ -70,16 +70,18 @@ def recipe_device(name: str) -> str:
 
 
 def _flags(raw: dict, micro: int, world: int) -> dict[str, int]:
-    """Batch flags for the keys the recipe leaves ``"auto"`` (a flag for a fixed key is refused)."""
+    """Batch fields (``schedule.*``) for the keys the recipe leaves ``"auto"`` (a flag for a fixed key
+    is refused)."""
     flags = {}
     if raw.get("train_micro_batch_size_per_gpu", "auto") == "auto":
-        flags["micro_batch_size"] = micro
+        flags["schedule.micro_batch_size"] = micro
     if raw.get("train_batch_size", "auto") == "auto":
-        flags["batch_size"] = micro * world
+        flags["schedule.batch_size"] = micro * world
     return flags
 
 
 def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
+    from tsm_ds.config import tree_with
     from tsm_ds.engine.config.recipes import ConfigError
     from tsm_ds.engine.loop.trainer import Trainer, TrainSettings
     from tsm_ds.models import build_model
@@ -89,9 +91,9 @@ def _smoke(ctx: Context, name: str, raw: dict, tmp: str) -> dict[str, Any]:
     model = build_model(s.recipe_arch, classes, num_segments=s.num_segments)
     data = SyntheticClips(s.recipe_steps * micro * ctx.world, s.num_segments, img, classes)
     stamps: list[float] = []
-    settings = TrainSettings(run_dir=f"{tmp}/{name}", epochs=1, max_steps=s.recipe_steps, num_workers=0,
-                             class_names=[f"c{i}" for i in range(classes)], flags=_flags(raw, micro, ctx.world),
-                             progress=False, keep_last=1,
+    config = tree_with({"schedule.epochs": 1, "schedule.max_steps": s.recipe_steps, "data.num_workers": 0,
+                        "logging.progress": False, "output.keep_last": 1, **_flags(raw, micro, ctx.world)})
+    settings = TrainSettings(run_dir=f"{tmp}/{name}", config=config, class_names=[f"c{i}" for i in range(classes)],
                              step_callback=lambda step, info: stamps.append(time.perf_counter()))
     t0 = time.perf_counter()
     try:

@@ -123,6 +123,14 @@ class GuardSettings:
     stuck_factor: float = 3.0
     stuck_steps: int = 20
 
+    @classmethod
+    def from_config(cls, g) -> "GuardSettings":
+        """The thresholds of the tree's ``guard`` section (:class:`tsm_ds.config.tree.GuardConfig`:
+        ``--divergence-factor``, ``--max-skipped-steps``, ``--stuck-factor``, ``--stuck-steps``).
+        Raises ValueError as the class."""
+        return cls(factor=g.divergence_factor, max_skipped=g.max_skipped_steps, stuck_factor=g.stuck_factor,
+                   stuck_steps=g.stuck_steps)
+
     def __post_init__(self):
         if self.factor < 0 or self.window < 1 or self.max_skipped < 0:
             raise ValueError(f"divergence guard: factor >= 0, window >= 1 and max_skipped >= 0 needed, got "

@@ -27,7 +27,7 @@ from tsm_ds.engine.comm.rendezvous import collective_timeout_s, dist_timeout_s
 from tsm_ds.engine.config import resolve as cfgmod  # called through the module: tests count the resolutions
 from tsm_ds.engine.config.checks import validate_config
 from tsm_ds.engine.config.recipes import AUTO, optimizer_kind
-from tsm_ds.engine.guards.divergence import DivergenceGuard, EngineGuard, lr_warmup_steps
+from tsm_ds.engine.guards.divergence import DivergenceGuard, EngineGuard, GuardSettings, lr_warmup_steps
 from tsm_ds.engine.loop.cadence import ValSubset, val_subset
 from tsm_ds.engine.loop.loaders import build_loaders, default_num_workers
 from tsm_ds.engine.loop.model_prep import compile_engine, has_batchnorm, prepare_model
@@ -106,10 +106,11 @@ def _resolve(model, train_set, raw: dict, s: TrainSettings, param_groups, world:
     """Resolve (``"auto"``) and validate the engine JSON for ``world`` ranks; returns
     ``(resolved, reshard plan)``. Raises ConfigError."""
     probe = [g for g in param_groups(model, 0.0) if len(list(g["params"]))]
+    sch = s.config.schedule
     raw, flags, plan = reshard.resume_engine_inputs(   # another world size: batch kept
-        raw, s.flags, run_dir=s.run_dir, resume=s.resume, world=world)
-    resolved = cfgmod.resolve_config(raw, world_size=world, train_samples=len(train_set), epochs=s.epochs,
-                                     max_steps=s.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe],
+        raw, sch.engine_flags(), run_dir=s.run_dir, resume=s.config.output.resume, world=world)
+    resolved = cfgmod.resolve_config(raw, world_size=world, train_samples=len(train_set), epochs=sch.epochs,
+                                     max_steps=sch.max_steps, lr_mults=[float(g.get("lr_mult", 1.0)) for g in probe],
                                      flags=flags)
     reshard.annotate_filled(resolved[2], plan)
     validate_config(resolved[0], resolved[1], device=dev_name, has_batchnorm=has_batchnorm(model))
@@ -127,19 +128,23 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
 
     Raises:
         ConfigError: a recipe that cannot work here, before DeepSpeed starts its backend.
-        RendezvousError: not every rank joined within ``s.dist_timeout``.
+        RendezvousError: not every rank joined within ``--dist-timeout``.
     """
     import deepspeed
     from deepspeed.accelerator import get_accelerator
     from deepspeed.runtime.base_optimizer import ZeROOptimizer
 
-    model, compile = prepare_model(model, channels_last=s.channels_last, compile=s.compile)
+    c = s.config
+    d, sch, dist_cfg = c.data, c.schedule, c.distributed
+    model, compile = prepare_model(model, channels_last=c.model.channels_last, compile=c.model.compile)
     # before DeepSpeed starts its communication backend (which may JIT-compile ops for minutes): a
     # recipe that cannot work on this device stops at once; the world size is the launcher's
     world0 = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
     resolved = _resolve(model, train_set, raw, s, param_groups, world0, get_accelerator().device_name())
-    collective = collective_timeout_s(s.dist_timeout, s.step_timeout, s.startup_timeout)   # watchdog first
-    rank, world = init_distributed(timeout_s=s.dist_timeout, hosts=list(s.hosts) or None, collective_s=collective)
+    collective = collective_timeout_s(dist_cfg.dist_timeout, dist_cfg.step_timeout,
+                                      dist_cfg.startup_timeout)   # watchdog first
+    rank, world = init_distributed(timeout_s=dist_cfg.dist_timeout, hosts=list(dist_cfg.hosts) or None,
+                                   collective_s=collective)
     dev = current_device()
     if rank == 0:
         Path(s.run_dir).mkdir(parents=True, exist_ok=True)
@@ -151,7 +156,7 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         if isinstance(ds_cfg.get(mon), dict) and ds_cfg[mon].get("output_path") == AUTO:
             ds_cfg[mon]["output_path"] = str(Path(s.run_dir) / "tensorboard")
     micro, accum = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
-    total = spe * s.epochs if s.max_steps is None else min(spe * s.epochs, s.max_steps)
+    total = spe * sch.epochs if sch.max_steps is None else min(spe * sch.epochs, sch.max_steps)
     layout = Layout(rank=rank, world=world, micro=micro, accum=accum, global_batch=ds_cfg["train_batch_size"],
                     steps_per_epoch=spe, total_steps=total)
 
@@ -177,16 +182,16 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
 
     cuda = dev.type == "cuda"
     local = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
-    workers = default_num_workers(s.num_workers, cuda=cuda, cores=usable_cores(), local_ranks=local)
+    workers = default_num_workers(d.num_workers, cuda=cuda, cores=usable_cores(), local_ranks=local)
     if cuda:   # every training clip has the same shape: let cuDNN pick its fastest kernels once
         torch.backends.cudnn.benchmark = True
     sampler, loader_gen, loader, val_loader = build_loaders(
-        train_set, val_set, micro=micro, world=world, rank=rank, seed=s.seed, num_workers=workers,
-        eval_batch_size=s.eval_batch_size, cuda=cuda)
-    subset = val_subset(val_set, s.eval_max_clips, seed=s.seed, world=world, rank=rank,
-                        batch_size=s.eval_batch_size or micro, num_workers=workers, cuda=cuda)
-    ckpt = CheckpointManager(Path(s.run_dir) / "checkpoints", keep_last=s.keep_last, rank=rank, world_size=world,
-                             trust=s.trust_checkpoint)
+        train_set, val_set, micro=micro, world=world, rank=rank, seed=sch.seed, num_workers=workers,
+        eval_batch_size=sch.eval_batch_size, cuda=cuda)
+    subset = val_subset(val_set, sch.eval_max_clips, seed=sch.seed, world=world, rank=rank,
+                        batch_size=sch.eval_batch_size or micro, num_workers=workers, cuda=cuda)
+    ckpt = CheckpointManager(Path(s.run_dir) / "checkpoints", keep_last=c.output.keep_last, rank=rank,
+                             world_size=world, trust=c.checkpoint.trust_checkpoint)
     bad = BadVideoTracker(train_set, rank=rank, world_size=world)   # distinct files, once
     reduce = make_reduce(world, dev)
     num_classes = len(s.class_names) or int((getattr(model, "config", None) or {}).get("num_classes", 2))
@@ -194,7 +199,8 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     def last_good() -> str | None:
         tag = ckpt.latest_tag()
         return str(ckpt.dir / tag) if tag else None
-    rules = DivergenceGuard(s.guard, num_classes, warmup_steps=lr_warmup_steps(ds_cfg, tsm))
+    rules = DivergenceGuard(GuardSettings.from_config(c.guard), num_classes,
+                            warmup_steps=lr_warmup_steps(ds_cfg, tsm))
     guard = EngineGuard(eng, rules, manual_comm=manual_comm, reduce=reduce,
                         last_good=last_good)
 
@@ -203,8 +209,8 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         for k, v in filled.items():
             log.info("engine JSON auto: %s = %s", k, v)
         log.info("timeouts: ranks join within %.0f s; collectives %.0f s, above the hang watchdog's step %.0f s / "
-                 "start-up %.0f s, so the watchdog fires first (stacks, exit 6)", dist_timeout_s(s.dist_timeout),
-                 collective, s.step_timeout, s.startup_timeout)
+                 "start-up %.0f s, so the watchdog fires first (stacks, exit 6)", dist_timeout_s(dist_cfg.dist_timeout),
+                 collective, dist_cfg.step_timeout, dist_cfg.startup_timeout)
         log.info("data loaders: %d worker(s) per rank%s", workers, ", pinned memory, persistent workers, prefetch 4, "
                  "cudnn.benchmark" if cuda else "")
         log.info("world size %d, micro-batch %d, accumulation %d, global batch %d, %d optimizer steps per epoch, "

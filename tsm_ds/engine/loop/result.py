@@ -110,6 +110,6 @@ def save_config_record(s: "TrainSettings", raw: dict, ds_cfg: dict, tsm: dict, f
               "class_names": list(s.class_names), "torch_threads": torch.get_num_threads(),
               "provenance": {**provenance(), "hosts": hosts}}
     name = "config.json"
-    if s.resume and (Path(s.run_dir) / name).is_file():  # keep the first run's record
+    if s.config.output.resume and (Path(s.run_dir) / name).is_file():  # keep the first run's record
         name = f"config.resumed-{time.strftime('%Y%m%d-%H%M%S')}.json"
     save_resolved(Path(s.run_dir) / name, record)

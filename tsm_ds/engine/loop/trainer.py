@@ -33,7 +33,7 @@ from tsm_ds.engine.loop.metrics import StepStats, step_metrics
 from tsm_ds.engine.loop.result import run_summary, stopped_record, write_run_result
 from tsm_ds.engine.loop.settings import TrainSettings
 from tsm_ds.engine.loop.state import RunState
-from tsm_ds.models.groups import parameter_groups
+from tsm_ds.models.groups import head_mults_on, parameter_groups
 
 __all__ = ["ResumableDistributedSampler", "TrainSettings", "Trainer"]   # the first two from .settings
 
@@ -58,12 +58,13 @@ class Trainer:
         engine_json: the recipe dict (``config.load_config``), with ``"auto"`` values.
         settings: :class:`TrainSettings`.
         param_groups: ``f(model, weight_decay) -> [param group dicts]``; default the official
-            recipe's groups (no decay on bias/BN; fc x5 / bias x10 when ``settings.head_lr_mults``).
+            recipe's groups (no decay on bias/BN; fc x5 / bias x10 when ``--head-lr-mults`` says so:
+            :func:`tsm_ds.models.groups.head_mults_on`).
         hooks: the run's components (:mod:`tsm_ds.engine.loop.hooks`); default
             :func:`tsm_ds.engine.loop.components.default_hooks` of ``settings``.
 
     Raises (from ``fit``): ConfigError (a recipe that cannot work, before the first step),
-    DataLossError (more unreadable files than ``settings.max_bad_fraction`` allows: stops within the epoch),
+    DataLossError (more unreadable files than ``--max-bad-fraction`` allows: stops within the epoch),
     DivergenceError (the run diverged and stops; nothing non-finite saved), CheckpointSaveError (a
     write failed; the previous checkpoint is intact), Preempted (a stop signal: saved, stopped).
     """
@@ -71,8 +72,9 @@ class Trainer:
     def __init__(self, model, train_set, val_set, engine_json: dict, settings: TrainSettings,
                  param_groups: Callable | None = None, hooks: Hooks | None = None):
         self.model, self.train_set, self.val_set, self.raw, self.s = model, train_set, val_set, engine_json, settings
-        self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd,
-                                                                           head_mults=settings.head_lr_mults))
+        self.c = c = settings.config   # the run's tree: each part reads its own section
+        head = head_mults_on(c.schedule.head_lr_mults, pretrained=bool(c.model.pretrained), tune_from=c.model.tune_from)
+        self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd, head_mults=head))
         self.hooks = hooks if hooks is not None else default_hooks(settings)
         self.state, self.parts = RunState(), None
 
@@ -117,8 +119,9 @@ class Trainer:
             if self.parts is None:
                 self.setup()
             p, st, s = self.parts, self.state, self.s
-            position = resume_position(p, st, s.resume, seed=s.seed)
-            self.bar = tqdm(total=p.layout.total_steps, initial=st.step, disable=p.layout.rank != 0 or not s.progress,
+            position = resume_position(p, st, self.c.output.resume, seed=self.c.schedule.seed)
+            self.bar = tqdm(total=p.layout.total_steps, initial=st.step,
+                            disable=p.layout.rank != 0 or not self.c.logging.progress,
                             desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
             start_step = st.step
             while True:
@@ -130,8 +133,9 @@ class Trainer:
                     return result
                 except DivergenceError as e:
                     has_ckpt = p.ckpt.latest_tag() is not None
-                    if not decide_rollback(e, policy=s.on_divergence, rollbacks=st.rollbacks, has_checkpoint=has_ckpt,
-                                           max_rollbacks=s.max_rollbacks,
+                    g = self.c.guard
+                    if not decide_rollback(e, policy=g.on_divergence, rollbacks=st.rollbacks, has_checkpoint=has_ckpt,
+                                           max_rollbacks=g.max_rollbacks,
                                            clip=float(p.ds_config.get("gradient_clipping") or 0.0)):
                         raise
                     position = self._rollback(e)
@@ -146,11 +150,12 @@ class Trainer:
     def _rollback(self, err: DivergenceError) -> tuple[int, int]:
         """Reload the last good checkpoint with every lr x ``rollback_lr_factor`` from now on."""
         st, ckpt = self.state, self.parts.ckpt
-        tag, scale, count = ckpt.latest_tag(), st.lr_scale * self.s.rollback_lr_factor, st.rollbacks + 1
+        g = self.c.guard
+        tag, scale, count = ckpt.latest_tag(), st.lr_scale * g.rollback_lr_factor, st.rollbacks + 1
         if self.parts.layout.rank == 0:
             log.warning("%s\nrollback %d of %d: reloading %s, every lr x %g from now on (x%g in all)", err.describe(),
-                        count, self.s.max_rollbacks, ckpt.dir / tag, self.s.rollback_lr_factor, scale)
-        position = load_position(self.parts, st, tag, seed=self.s.seed)
+                        count, g.max_rollbacks, ckpt.dir / tag, g.rollback_lr_factor, scale)
+        position = load_position(self.parts, st, tag, seed=self.c.schedule.seed)
         st.lr_scale, st.rollbacks = scale, count   # the checkpoint's own values are older
         self.hooks.on_rollback(st.step)
         self.hooks.on_metrics({"train/rollbacks": count, "train/lr_scale": scale}, st.step)
@@ -164,13 +169,13 @@ class Trainer:
 
     def _run(self, start_epoch: int, skip_micro: int, start_step: int) -> dict:
         """The epoch loop from a position (epoch, micro-batches done in it)."""
-        p, st, s, lay, eng = self.parts, self.state, self.s, self.parts.layout, self.parts.engine
+        p, st, lay, eng = self.parts, self.state, self.parts.layout, self.parts.engine
         if skip_micro >= lay.micro_per_epoch:
             start_epoch, skip_micro = start_epoch + 1, 0
         params = [q for q in eng.module.parameters() if q.requires_grad]
         val, epoch, micro_i = {}, start_epoch, skip_micro
         self._t_step, acc = time.perf_counter(), StepStats()   # this rank's sums over the step's micro-batches
-        for epoch in range(start_epoch, s.epochs):
+        for epoch in range(start_epoch, self.c.schedule.epochs):
             if st.step >= lay.total_steps:
                 break
             micro_i = skip_micro if epoch == start_epoch else 0
@@ -192,7 +197,7 @@ class Trainer:
         self._export("last_model.pt", {"step": st.step})
         lost = run_loss_reports(p.bad.files, len(self.train_set), val and val["lost"])
         if lay.rank == 0 and any(rep["count"] for rep in lost.values()):
-            log.warning("data lost within the budget (--max-bad-fraction %g): %s", s.max_bad_fraction,
+            log.warning("data lost within the budget (--max-bad-fraction %g): %s", self.c.data.max_bad_fraction,
                         " | ".join(describe_loss(k, rep) for k, rep in lost.items()))
         return {"step": st.step, "epoch": epoch, "val": val, "best_top1": st.best_top1, "history": st.history,
                 "rollbacks": st.rollbacks, "lr_scale": st.lr_scale, "last_metrics": st.last_metrics,
@@ -207,7 +212,7 @@ class Trainer:
         p.sampler.skip = micro_i * lay.micro
         if hasattr(self.train_set, "set_epoch"):
             self.train_set.set_epoch(epoch)
-        p.loader_gen.manual_seed(self.s.seed * 100_003 + epoch)
+        p.loader_gen.manual_seed(self.c.schedule.seed * 100_003 + epoch)
         return iter(p.loader)
 
     def _micro_step(self, timed_batch: tuple, acc: StepStats, params: list) -> dict | None:
@@ -244,7 +249,7 @@ class Trainer:
     def _after_step(self, epoch: int, micro_i: int, acc: StepStats, lrs: dict) -> None:
         """After an optimizer step: the sums over ranks, metrics, the data-loss budget, progress,
         mid-epoch validation and checkpoints as due, and the stop signal (raises Preempted)."""
-        p, st, s, lay, eng = self.parts, self.state, self.s, self.parts.layout, self.parts.engine
+        p, st, lay, eng = self.parts, self.state, self.parts.layout, self.parts.engine
         st.step += 1
         acc.bad_files_new = p.bad.num_pending()
         reason = self.hooks.stop_requested()
@@ -256,7 +261,7 @@ class Trainer:
         self._t_step = now
         self.hooks.on_metrics(st.last_metrics, st.step)
         # the data-loss budget: the tracker's files are the same on every rank after sync
-        check_data_loss("train", p.bad.files, len(self.train_set), s.max_bad_fraction, step=st.step)
+        check_data_loss("train", p.bad.files, len(self.train_set), self.c.data.max_bad_fraction, step=st.step)
         self.bar.update(1)
         self.bar.set_postfix(epoch=epoch, loss=f"{st.last_metrics['train/loss']:.3f}",
                              clips_s=f"{st.last_metrics['perf/clips_per_s']:.1f}")
@@ -265,7 +270,8 @@ class Trainer:
         mid_epoch = micro_i < lay.micro_per_epoch and st.step < lay.total_steps   # (ends: in _epoch_end)
         if mid_epoch:
             self._validate(epoch, micro_i, last=False)
-        if s.save_every_steps and st.step % s.save_every_steps == 0 and mid_epoch:
+        every = self.c.output.save_every_steps
+        if every and st.step % every == 0 and mid_epoch:
             self.save(epoch, micro_i)   # (an epoch's or the run's end saves after validation)
         if stop_now:   # a stop signal (SLURM's time-limit warning) on some rank: save here, stop
             end = micro_i >= lay.micro_per_epoch
@@ -288,7 +294,8 @@ class Trainer:
             return {}
         val = self.evaluate(full=last)
         if val:   # the budget over the clips this evaluation covered (the same on every rank)
-            check_data_loss("val", val["lost"]["files"], val["lost"]["total"], self.s.max_bad_fraction, step=st.step)
+            check_data_loss("val", val["lost"]["files"], val["lost"]["total"], self.c.data.max_bad_fraction,
+                            step=st.step)
             st.history.append({"epoch": epoch, "step": st.step, "val_top1": val["top1"], "val_top5": val["top5"],
                                "val_clips": val["count"]})
             self.hooks.on_metrics({"val/top1": val["top1"], "val/top5": val["top5"], "val/clips": val["count"],
