@@ -235,7 +235,7 @@ def resume_engine_inputs(raw: dict, flags: dict, *, run_dir: str | Path, resume:
     Args:
         raw: the recipe as loaded (not modified); flags: the command-line values by
             ``config.FLAG_KEYS`` name (not modified); run_dir: the run folder (checkpoints/ in it);
-        resume: ``TrainSettings.resume``; world: this run's world size.
+        resume: ``--resume`` (``output.resume``); world: this run's world size.
 
     Returns:
         ``(raw, flags, None)`` unchanged when nothing is resumed or the checkpoint has this world
