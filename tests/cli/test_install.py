@@ -20,13 +20,14 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tsm_ds.utils.node import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +37,6 @@ SHARED_DATA = Path(os.environ.get("TSM_DS_SHARED_DATA", REPO.parent / "shared" /
 TIMEOUT = 600
 _NOT_SOURCES = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
                                       ".pytest_cache", "runs", "bench_out", "demo_data", "exported", "results")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -104,7 +99,7 @@ def test_installed_train_two_steps_outside_the_repo(installed):
     runs = tmp / "runs"
     env = _user_env(site)
     env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()))
+               MASTER_PORT=str(free_port()))
     videos = SHARED_DATA / "videos"
     data = ["--data", str(videos)] if videos.is_dir() else ["--demo-clips", "2"]
     cmd = [sys.executable, "-m", "tsm_ds.train", "--deepspeed_config", "cpu_fp32", "--max-steps", "2",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,18 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from tsm_ds.utils.node import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _launch(entry: list[str], args: list[str], log: Path) -> str:
     deepspeed = Path(sys.executable).with_name("deepspeed")
-    port = _free_port()
+    port = free_port()
     cmd = [str(deepspeed), "--num_gpus", "2", "--master_port", str(port)] + entry + args
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("OMP_NUM_THREADS", None)  # train.py divides the cores between the ranks

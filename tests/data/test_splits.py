@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from tsm_ds.config.record import run_record
 from tsm_ds.data import splits
 from tsm_ds.data.splits import resolve_split, split_from_record
 from tsm_ds.inference.evaluate import find_run_config, load_records
+from tsm_ds.utils.node import free_port
 
 LOG = logging.getLogger("test_splits")
 
@@ -263,12 +263,6 @@ def test_demo_only_when_asked_and_logged(monkeypatch, tmp_path, caplog):
 # end to end: a tiny training run, then tsm-ds eval with no data flag
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_eval_checkpoint_without_data_flag_uses_the_runs_validation_clips(tmp_path, capsys):
     import csv
@@ -285,7 +279,7 @@ def test_eval_checkpoint_without_data_flag_uses_the_runs_validation_clips(tmp_pa
     expected_val = [str(tree / p) for p in ("left/left2.mp4", "left/left3.mp4", "right/right2.mp4",
                                             "right/right3.mp4")]   # val_fraction 0.5; 0.2 would hold out 2
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+               MASTER_PORT=str(free_port()), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "tsm_ds.train", "--deepspeed_config", "cpu_fp32", "--data", str(tree),
            "--val-fraction", "0.5", "--arch", "resnet18", "--num-segments", "2", "--img-size", "32",
            "--batch-size", "2", "--micro-batch-size", "2", "--max-steps", "1", "--epochs", "1", "--num-workers",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+
+from tsm_ds.utils.node import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = ["cpu_fp32", "cpu_bf16", "cpu_zero1"]
@@ -139,12 +140,6 @@ def _worker_main(path: str) -> None:
 
 
 # ---------------------------------------------------------------- test side
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cl_compile")
@@ -156,7 +151,7 @@ def runs(tmp_path_factory):
         sc.update(out=str(tmp), run_dir=str(tmp / sc["name"]))
     spec = tmp / "scenarios.json"
     spec.write_text(json.dumps(scenarios))
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     try:
         for r in range(2):

@@ -12,7 +12,6 @@ by O(1).
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 
 import numpy as np
@@ -31,6 +30,7 @@ from tsm_ds.engine.comm.compression import (
     scaled_sign,
     unpack_signs,
 )
+from tsm_ds.utils.node import free_port
 
 TOL = 1e-10
 
@@ -147,14 +147,8 @@ def test_recipe_files_are_valid(name):
 
 # ------------------------------------------------------------------------------ two gloo ranks
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(fn, *args):
-    mp.spawn(_entry, args=(fn, _free_port(), args), nprocs=2, join=True)
+    mp.spawn(_entry, args=(fn, free_port(), args), nprocs=2, join=True)
 
 
 def _entry(rank, fn, port, args):

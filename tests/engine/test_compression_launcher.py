@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from tsm_ds.utils.node import free_port
+
 STEPS, RESUME_AT, FREEZE = 120, 60, 10
 REL_TOL = 0.10
 
@@ -36,7 +38,7 @@ def test_onebit_sgd_through_launcher_matches_fp32_and_resumes(tmp_path):
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    cmd = [os.path.join(bindir, "deepspeed"), "--num_gpus", "2", "--master_port", str(_free_port()),
+    cmd = [os.path.join(bindir, "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port()),
            __file__, "--out", str(tmp_path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
@@ -44,7 +46,7 @@ def test_onebit_sgd_through_launcher_matches_fp32_and_resumes(tmp_path):
         # start-up (before any of this test's output); one fresh attempt on a new port, said aloud
         warnings.warn("a rank aborted at start-up (std::terminate); retrying the launch once:\n"
                       + proc.stderr[-1500:])
-        cmd[cmd.index("--master_port") + 1] = str(_free_port())
+        cmd[cmd.index("--master_port") + 1] = str(free_port())
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
@@ -58,13 +60,6 @@ def test_onebit_sgd_through_launcher_matches_fp32_and_resumes(tmp_path):
         assert r["bf16_grad_dtype"] == "torch.bfloat16" and r["bf16_ranks_identical"], r
         assert abs(r["loss_onebit_bf16"] - r["loss_fp32"]) <= 2 * REL_TOL * r["loss_fp32"], r
     assert res[0]["loss_onebit"] == res[1]["loss_onebit"]
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------ rank side

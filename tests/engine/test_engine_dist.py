@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+
+from tsm_ds.utils.node import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "ds_configs" / "cpu_fp32.json"
@@ -145,16 +146,10 @@ def _worker_main(path: str) -> None:
 
 
 # ---------------------------------------------------------------- test side
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(scenarios: list[dict], world: int, tmp: Path, tag: str) -> list[subprocess.Popen]:
     spec = tmp / f"{tag}.json"
     spec.write_text(json.dumps(scenarios))
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_SIZE=str(world),

@@ -27,13 +27,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tsm_ds.utils.node import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,18 +96,12 @@ def tensor_hash(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env() -> dict:
     """One rank without the launcher, one thread, CPU; no TSM_DS_* setting of the caller leaks in
     (TSM_DS_FUSED_SHIFT, TSM_DS_DATA, ... could change what the run computes)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TSM_DS_")}
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()), DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="",
+               MASTER_PORT=str(free_port()), DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="",
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     return env

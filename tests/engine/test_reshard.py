@@ -19,7 +19,6 @@ import itertools
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+
+from tsm_ds.utils.node import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 N_CLIPS, GLOBAL, SEED = 24, 4, 3   # 24 clips, 4 per step: 6 steps per epoch at every world size
@@ -287,16 +288,10 @@ def _rank_main(spec: dict) -> None:
 
 
 # ---------------------------------------------------------------- end to end (test side)
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(world: int | None, spec: dict, log: Path) -> str:
     """``world`` ranks under the deepspeed launcher; None: a plain ``python`` process (a world of one)."""
     bindir = Path(sys.executable).parent
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO),
                PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     cmd = ([str(bindir / "deepspeed"), "--num_gpus", str(world), "--master_port", str(port)] if world

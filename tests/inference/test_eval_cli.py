@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from tsm_ds.data.transforms import normalize_batch
 from tsm_ds.engine.checkpoint.manager import save_weights_export
 from tsm_ds.inference.loading import load_for_inference
 from tsm_ds.models import build_model
+from tsm_ds.utils.node import free_port
 
 T, SIZE = 4, 64
 CLASSES = ("moving_left", "moving_right", "moving_up")
@@ -104,12 +104,6 @@ def test_multiview_eval_equals_direct_computation(demo, single, tmp_path):
     np.testing.assert_allclose(probs["scores"], torch.softmax(torch.from_numpy(ref1), 1).numpy(), atol=1e-5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_ranks_under_deepspeed_launcher_equal_one_process(demo, single, tmp_path):
     launcher = Path(sys.executable).parent / "deepspeed"
@@ -120,7 +114,7 @@ def test_two_ranks_under_deepspeed_launcher_equal_one_process(demo, single, tmp_
     single = single["scores"]
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.run([sys.executable, str(launcher), "--num_gpus", "2", "--master_port", str(_free_port()),
+    proc = subprocess.run([sys.executable, str(launcher), "--num_gpus", "2", "--master_port", str(free_port()),
                            "--module", "tsm_ds.cli.eval"] + args + ["--out", str(tmp_path / "two")],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
