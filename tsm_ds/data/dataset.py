@@ -180,10 +180,17 @@ class VideoClipDataset(Dataset):
     def _rng(self, index: int, attempt: int, stream: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.epoch, index, attempt, stream])
 
-    def load(self, record: VideoRecord, index: int, attempt: int = 0) -> torch.Tensor:
-        """Decode and transform one record's clip (no bad-file handling; raises VideoError)."""
+    def load(self, record: VideoRecord, index: int, attempt: int = 0, shape: tuple[int, int] | None = None
+             ) -> torch.Tensor:
+        """Decode and transform one record's clip (no bad-file handling; raises VideoError).
+
+        ``shape`` (T, crop): cut the clip with T frames and resize its crop to ``crop`` px (train mode;
+        :meth:`__getitem__`); None: ``num_segments`` and ``img_size``, the default path, unchanged."""
+        t_segs = self.num_segments if shape is None else int(shape[0])
+        out = {} if shape is None else {"out_size": int(shape[1])}   # the default calls stay as they were
+
         def indices(n: int) -> np.ndarray:
-            return clip_indices(n, self.num_segments, mode=self.mode, sampling=self.sampling,
+            return clip_indices(n, t_segs, mode=self.mode, sampling=self.sampling,
                                 rng=self._rng(index, attempt, 0), num_clips=self.num_clips,
                                 twice_sample=self.twice_sample, window=self.dense_window)
 
@@ -194,17 +201,17 @@ class VideoClipDataset(Dataset):
                 enc = pv.read_encoded(flat)   # whole JPEGs checked here: damage replaced like a bad video
                 size = (pv.width, pv.height)
             official = self.transform.resize == "official" and self.mode != "train"
-            boxes = None if official else self.transform.boxes(*size, self._rng(index, attempt, 1))
+            boxes = None if official else self.transform.boxes(*size, self._rng(index, attempt, 1), **out)
             return PackedClip([enc[i] for i in flat], boxes, self.transform, idx.shape[0],
-                              self.num_segments, self.mode == "test" and self.num_views > 1,
+                              t_segs, self.mode == "test" and self.num_views > 1,
                               record.path, self.decode_device)
         if _video.is_packed(record.path) and self.frame_cache is None:
             with _open_pack(record.path) as pv:   # one open: header, then the kept frames
                 idx = indices(pv.num_frames)
                 frames = pv.decode_chw(idx.reshape(-1), short_side=self.decode_short_side)
             # crops cut frame by frame: the whole frames are never copied into one clip
-            x = self.transform.frames_to_clip(frames, self._rng(index, attempt, 1))
-            return stack_views(x, idx.shape[0], self.num_segments, self.mode == "test" and self.num_views > 1)
+            x = self.transform.frames_to_clip(frames, self._rng(index, attempt, 1), **out)
+            return stack_views(x, idx.shape[0], t_segs, self.mode == "test" and self.num_views > 1)
         template = record.frame_template or _video.FRAME_TEMPLATE
         if os.path.isdir(record.path) and self.frame_cache is None:   # JPEG folder: as packs
             n = record.num_frames if record.num_frames is not None else _video.frame_folder_count(record.path,
@@ -213,8 +220,8 @@ class VideoClipDataset(Dataset):
             flat = [min(max(int(i), 0), n - 1) for i in idx.reshape(-1)]
             frames = [torch.from_numpy(f).permute(2, 0, 1) for f in
                       _video.read_frame_folder_list(record.path, flat, template, short_side=self.decode_short_side)]
-            x = self.transform.frames_to_clip(frames, self._rng(index, attempt, 1))
-            return stack_views(x, idx.shape[0], self.num_segments, self.mode == "test" and self.num_views > 1)
+            x = self.transform.frames_to_clip(frames, self._rng(index, attempt, 1), **out)
+            return stack_views(x, idx.shape[0], t_segs, self.mode == "test" and self.num_views > 1)
         else:
             if os.path.isdir(record.path):
                 n = record.num_frames or _video.frame_folder_count(record.path, template)
@@ -225,18 +232,38 @@ class VideoClipDataset(Dataset):
             frames = decode(record.path, idx.reshape(-1), num_frames=n, thread_count=self.thread_count,
                             short_side=self.decode_short_side, frame_template=template)
         k = idx.shape[0]
-        x = self.transform(frames, self._rng(index, attempt, 1))
-        return stack_views(x, k, self.num_segments, self.mode == "test" and self.num_views > 1)
+        x = self.transform(frames, self._rng(index, attempt, 1), **out)
+        return stack_views(x, k, t_segs, self.mode == "test" and self.num_views > 1)
 
-    def __getitem__(self, index: int) -> dict:
-        """The item for ``index`` (see the module docstring). Raises IndexError out of range,
-        RuntimeError after ``max_replacements`` unreadable files in a row."""
+    def __getitem__(self, index: int | tuple[int, int, int]) -> dict:
+        """The item for ``index`` (see the module docstring).
+
+        ``index`` may be a tuple ``(index, T, crop)`` (train mode: multigrid's per-step shape, from
+        :class:`tsm_ds.engine.loop.multigrid_sampler.MultigridBatchSampler`; PySlowFast's datasets take
+        ``(index, short_cycle_idx)`` the same way): the clip is uint8 (T, 3, crop, crop), its T
+        frames sampled over the whole video as the T-segment TSN rule says, its crop the box drawn
+        as at ``img_size`` resized to ``crop`` (:meth:`~tsm_ds.data.transforms.ClipTransform.boxes`);
+        every random choice still comes from (seed, epoch, index). A plain ``index``: the
+        default item, as before.
+
+        Raises:
+            IndexError: index out of range. ValueError: a shape tuple outside train mode, T < 1 or
+            crop < 1 (any T >= 1 is cut; the model checks its own rules, e.g. an even T with temporal
+            pooling). RuntimeError: ``max_replacements`` unreadable files in a row.
+        """
+        shape = None
+        if isinstance(index, (tuple, list)):
+            index, t, c = (int(v) for v in index)
+            if self.mode != "train" or t < 1 or c < 1:
+                raise ValueError(f"item shape (T={t}, crop={c}): a per-item shape needs train mode, T >= 1 and "
+                                 f"crop >= 1 (this dataset is {self.mode!r})")
+            shape = (t, c)
         if not 0 <= index < len(self.records):
             raise IndexError(index)
         record, rec_i, failures = self.records[index], index, []
         for attempt in range(self.max_replacements + 1):
             try:
-                clip = self.load(record, index, attempt)
+                clip = self.load(record, index, attempt, shape)
                 release_freed_heap()   # the decoder's freed heap back to the OS: flat RSS (data/memory.py)
                 return {"clip": clip, "label": int(record.label), "index": int(index), "bad": len(failures),
                         "bad_files": json.dumps(failures) if failures else ""}

@@ -274,14 +274,24 @@ class ClipTransform:
         sw, sh, _ = _scaled_size(width, height, self.scale_size)
         return (sw, sh), official_view_boxes(sw, sh, self.crop_size, self.num_views)
 
-    def boxes(self, width: int, height: int, rng: np.random.Generator | None = None
-              ) -> list[tuple[tuple[float, float, float, float], int, bool]]:
-        """The views of a width x height frame: [(source box (x, y, w, h), output side, flip)]."""
+    def boxes(self, width: int, height: int, rng: np.random.Generator | None = None, *,
+              out_size: int | None = None) -> list[tuple[tuple[float, float, float, float], int, bool]]:
+        """The views of a width x height frame: [(source box (x, y, w, h), output side, flip)].
+
+        ``out_size`` (train mode only; multigrid's per-step crop): the same box as at S, drawn with the
+        same random choices, resized to ``out_size`` instead of S: the crop covers what it covers at
+        the base shape on a coarser pixel grid (the multigrid paper, Sec. 3: a coarser sampling grid;
+        PySlowFast scales its jitter range by crop / base crop for the same reason). Raises
+        ValueError for ``out_size`` outside train mode or < 1.
+        """
+        if out_size is not None and (self.mode != "train" or int(out_size) < 1):
+            raise ValueError(f"out_size={out_size}: a per-item crop side applies to train mode (>= 1 px), "
+                             f"this transform is {self.mode!r}")
         if self.mode == "train":
             sw, sh, f = _scaled_size(width, height, self.train_short_side)
             x, y, w, h = multiscale_crop_box(sw, sh, self.img_size, rng)
             flip = bool(self.flip and rng.random() < 0.5)
-            return [((x * f, y * f, w * f, h * f), self.img_size, flip)]
+            return [((x * f, y * f, w * f, h * f), self.img_size if out_size is None else int(out_size), flip)]
         f = _scaled_size(width, height, self.scale_size)[2]
         return [((x * f, y * f, w * f, h * f), self.crop_size, fl)
                 for (x, y, w, h), fl in self.scaled_boxes(width, height)[1]]
@@ -294,9 +304,10 @@ class ClipTransform:
             x = TF.resize(x, [sh, sw], interpolation=InterpolationMode.BILINEAR, antialias=True)
         return [(x[..., by:by + bh, bx:bx + bw], fl) for (bx, by, bw, bh), fl in views]
 
-    def __call__(self, frames: np.ndarray | torch.Tensor, rng: np.random.Generator | None = None
-                 ) -> torch.Tensor:
-        """Transform one clip (or several clips stacked as (K*T, H, W, 3) for test views).
+    def __call__(self, frames: np.ndarray | torch.Tensor, rng: np.random.Generator | None = None, *,
+                 out_size: int | None = None) -> torch.Tensor:
+        """Transform one clip (or several clips stacked as (K*T, H, W, 3) for test views);
+        ``out_size``: the train crop's output side instead of S (:meth:`boxes`).
 
         Returns uint8 (T, 3, S, S) when there is one view, else (V, T, 3, C, C), C the
         :attr:`crop_size` (S, or scale_size with full_res); normalise batches of them with
@@ -307,7 +318,7 @@ class ClipTransform:
             raise ValueError(f"frames must be (T, H, W, 3) uint8, got shape {tuple(x.shape)}")
         x = x.permute(0, 3, 1, 2)  # (T, 3, H, W), a view
         boxes = (None if self.resize == "official" and self.mode != "train"
-                 else self.boxes(x.shape[-1], x.shape[-2], rng))
+                 else self.boxes(x.shape[-1], x.shape[-2], rng, out_size=out_size))
         return self.apply(x, boxes)
 
     def apply_frames(self, frames: Sequence[torch.Tensor], boxes: list | None) -> torch.Tensor:
@@ -335,13 +346,13 @@ class ClipTransform:
             views.append(TF.horizontal_flip(crop) if flip else crop)
         return views[0] if len(views) == 1 else torch.stack(views)
 
-    def frames_to_clip(self, frames: Sequence[torch.Tensor], rng: np.random.Generator | None = None
-                       ) -> torch.Tensor:
+    def frames_to_clip(self, frames: Sequence[torch.Tensor], rng: np.random.Generator | None = None, *,
+                       out_size: int | None = None) -> torch.Tensor:
         """:meth:`__call__` for frames given one by one, uint8 (3, H, W) each: the views drawn
-        for their size with ``rng`` (:meth:`boxes`), then :meth:`apply_frames`."""
+        for their size with ``rng`` (:meth:`boxes`, ``out_size`` as there), then :meth:`apply_frames`."""
         official = self.resize == "official" and self.mode != "train"
         h, w = frames[0].shape[-2:]
-        return self.apply_frames(frames, None if official else self.boxes(w, h, rng))
+        return self.apply_frames(frames, None if official else self.boxes(w, h, rng, out_size=out_size))
 
     def apply(self, x: torch.Tensor, boxes: list | None) -> torch.Tensor:
         """Cut and scale the views ``boxes`` (from :meth:`boxes`, drawn for this clip's frame
