@@ -38,9 +38,43 @@ from tsm_ds.config.tools import (
 __all__ = ["Config", "DataConfig", "ModelConfig", "EngineConfig", "ScheduleConfig", "GuardConfig",
            "DistributedConfig", "OutputConfig", "LoggingConfig", "DebugConfig", "CheckpointConfig",
            "ViewsConfig", "EvalConfig", "PredictConfig", "ExportConfig", "PlanConfig", "ModelsTableConfig",
-           "TRAIN_SECTIONS", "SHIFT_CHOICES", "DATASET_CHOICES"]
+           "TRAIN_SECTIONS", "SHIFT_CHOICES", "DATASET_CHOICES", "MULTIGRID_CHOICES"]
 
 SHIFT_CHOICES = ("bidirectional", "online", "none")
+
+#: ``--multigrid`` values (:data:`tsm_ds.engine.loop.multigrid.MODES`, tested equal; the config layer does not
+#: import the engine)
+MULTIGRID_CHOICES = ("none", "long", "short", "long+short")
+
+
+def _multigrid_mode(text: str) -> str:
+    """``--multigrid``'s converter: one of :data:`MULTIGRID_CHOICES`; a schedule other than none is refused
+    while the training loop does not apply it (the schedule, its sampler and the items exist:
+    docs/multigrid.md; the loop's switch of shapes, lr and precise BatchNorm does not yet)."""
+    if text not in MULTIGRID_CHOICES:
+        raise ValueError(f"--multigrid {text!r}: choose one of {', '.join(MULTIGRID_CHOICES)}")
+    if text != "none":
+        raise ValueError(f"--multigrid {text}: the training loop does not apply a shape schedule yet (the "
+                         "schedule and its sampler exist, docs/multigrid.md); train with --multigrid none")
+    return text
+
+
+def _at_least(flag: str, low: float, kind: type) -> object:
+    def conv(text: str):
+        v = kind(text)
+        if not v >= low:
+            raise ValueError(f"{flag} {text}: must be >= {low}")
+        return v
+    conv.__name__ = kind.__name__
+    return conv
+
+
+def _positive_float(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise ValueError(f"--multigrid-epoch-factor {text}: must be > 0")
+    return v
+
 
 #: the ``--dataset`` names (:data:`tsm_ds.data.datasets.DATASET_NAMES`, tested equal; the config layer
 #: does not import the data layer)
@@ -174,7 +208,26 @@ class ScheduleConfig:
                           "of the run is always evaluated on the whole validation set", parse=check_eval_every)
     eval_max_clips: int | None = opt(None, "intermediate evaluations score a fixed seeded subset of this many "
                                      "validation clips (the same every time; the final one: the whole set)")
+    multigrid: str = opt("none", "multigrid shape schedule (Wu et al. 2020, PySlowFast's defaults): long: per lr "
+                         "stage, clips of T/4, T/2, T/2, T frames at crops S/sqrt2, S/sqrt2, S, S with the global "
+                         "batch x8, x4, x2, x1 and the lr x the batch factor; short: crops S/2, S/sqrt2, S step by "
+                         "step at batch x4, x2, x1 (docs/multigrid.md; the training loop does not apply it yet: only "
+                         "none is accepted)", choices=MULTIGRID_CHOICES, parse=_multigrid_mode)
+    multigrid_final_stage: bool = opt(True, "train the last lr stage at the base shape (PySlowFast's fine-tuning "
+                                      "phase); --no-multigrid-final-stage: the long cycle runs there too",
+                                      nargs="bool")
+    multigrid_min_frames: int = opt(2, "the fewest frames per clip of a multigrid shape (classes that need motion "
+                                    "need 2 or more)", parse=_at_least("--multigrid-min-frames", 1, int))
+    multigrid_epoch_factor: float = opt(1.5, "a multigrid schedule trains --epochs x this many epochs (PySlowFast's "
+                                        "EPOCH_FACTOR: more epochs, fewer optimizer steps)", parse=_positive_float)
     eval_batch_size: int | None = opt(None, "clips per rank per validation batch (default: the micro-batch)")
+
+    def multigrid_options(self) -> dict:
+        """The keyword options of :func:`tsm_ds.engine.loop.multigrid.build_schedule` these fields give
+        (mode, final_stage, min_frames, epoch_factor); the shape, batch, epochs and lr steps come from the
+        run's resolved values."""
+        return {"mode": self.multigrid, "final_stage": bool(self.multigrid_final_stage),
+                "min_frames": int(self.multigrid_min_frames), "epoch_factor": float(self.multigrid_epoch_factor)}
 
     def engine_flags(self) -> dict:
         """``{FLAG_KEYS name: value or None}``: the ``flags`` of :func:`tsm_ds.engine.config.resolve.resolve_config`."""

@@ -272,9 +272,9 @@ class MultigridSchedule:
         return rows
 
 
-def _check(name: str, ok: bool, msg: str) -> None:
+def _check(ok: bool, msg: str) -> None:
     if not ok:
-        raise ValueError(f"{name}: {msg}")
+        raise ValueError(msg)
 
 
 def build_schedule(*, frames: int, crop: int, global_batch: int, epochs: int, lr_steps: Sequence[float] = (),
@@ -308,15 +308,15 @@ def build_schedule(*, frames: int, crop: int, global_batch: int, epochs: int, lr
         ValueError: a value out of range, naming its flag; ``final_stage`` with a long cycle and no
             lr step before the last epoch (the whole run would be the final stage).
     """
-    _check("--multigrid", mode in MODES, f"{mode!r} is not one of {', '.join(MODES)}")
-    _check("--num-segments", int(frames) >= 1, f"T must be >= 1, got {frames}")
-    _check("--img-size", int(crop) >= 1, f"the crop must be >= 1 px, got {crop}")
-    _check("--batch-size", int(global_batch) >= 1, f"the global batch must be >= 1, got {global_batch}")
-    _check("--epochs", int(epochs) >= 1, f"must be >= 1, got {epochs}")
-    _check("--multigrid-min-frames", int(min_frames) >= 1, f"must be >= 1, got {min_frames}")
-    _check("--multigrid-epoch-factor", float(epoch_factor) > 0, f"must be > 0, got {epoch_factor}")
-    _check("crop_multiple", int(crop_multiple) >= 1, f"must be >= 1, got {crop_multiple}")
-    _check("--num-segments", not even_frames or frames % 2 == 0, f"temporal pooling needs an even T, got {frames}")
+    _check(mode in MODES, f"--multigrid: {mode!r} is not one of {', '.join(MODES)}")
+    _check(int(frames) >= 1, f"--num-segments {frames}: T must be >= 1")
+    _check(int(crop) >= 1, f"--img-size {crop}: the crop must be >= 1 px")
+    _check(int(global_batch) >= 1, f"--batch-size {global_batch}: the global batch must be >= 1")
+    _check(int(epochs) >= 1, f"--epochs {epochs}: must be >= 1")
+    _check(int(min_frames) >= 1, f"--multigrid-min-frames {min_frames}: must be >= 1")
+    _check(float(epoch_factor) > 0, f"--multigrid-epoch-factor {epoch_factor}: must be > 0")
+    _check(int(crop_multiple) >= 1, f"crop_multiple {crop_multiple}: must be >= 1")
+    _check(not even_frames or frames % 2 == 0, f"--num-segments {frames}: temporal pooling needs an even T")
     T, S, B = int(frames), int(crop), int(global_batch)
     steps = sorted(float(e) for e in lr_steps if 0 < float(e) < epochs)
     bounds = [0.0, *steps, float(epochs)]          # lr stage i: [bounds[i], bounds[i + 1])
@@ -347,7 +347,7 @@ def build_schedule(*, frames: int, crop: int, global_batch: int, epochs: int, lr
         shapes.append(cycle(t, s))
     avg = [sum(x.batch_factor for x in c) / len(c) for c in shapes]
     n_cycle = len(bounds) - 1 - (1 if final_stage else 0)
-    _check("--multigrid-final-stage", n_cycle >= 1, f"the final stage at the base shape needs an lr step before "
+    _check(n_cycle >= 1, f"--multigrid-final-stage: the final stage at the base shape needs an lr step before "
            f"epoch {epochs} (--lr-steps), else the whole run is the final stage; or --no-multigrid-final-stage")
     # PySlowFast's allotment: per lr stage, epochs in proportion to the mean batch -> equal steps per shape
     raw = []   # (lr_stage, long-cycle index, shapes, epochs before the epoch factor, lr factor)
