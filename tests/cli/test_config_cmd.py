@@ -114,7 +114,8 @@ def test_dispatcher_and_shared_training_flags():
 
     def training(p):
         g = next(g for g in p._action_groups if g.title == "schedule")
-        return {a.dest: (a.option_strings, a.type, a.default) for a in g._group_actions}
+        # a field's parse= converter is wrapped anew per parser: compared by name
+        return {a.dest: (a.option_strings, getattr(a.type, "__name__", a.type), a.default) for a in g._group_actions}
 
     ours, train = training(cmd.build_parser()), training(train_parser())
     # what config leaves out (commands.PLAN names the schedule fields it uses): the seed, and the

@@ -32,7 +32,9 @@ PLAN = Command(prog="tsm-ds config", description="The engine JSON a training run
                        "model.dropout", "model.partial_bn", "model.pretrained", "schedule.epochs",
                        "schedule.max_steps", "schedule.batch_size", "schedule.micro_batch_size", "schedule.grad_accum",
                        "schedule.lr", "schedule.weight_decay", "schedule.clip_grad", "schedule.warmup_steps",
-                       "schedule.warmup_epochs", "schedule.head_lr_mults", "schedule.lr_steps",
+                       "schedule.warmup_epochs", "schedule.head_lr_mults", "schedule.lr_steps", "schedule.multigrid",
+                       "schedule.multigrid_final_stage", "schedule.multigrid_min_frames",
+                       "schedule.multigrid_epoch_factor",
                        "distributed.dist_timeout", "distributed.step_timeout", "distributed.startup_timeout"),
                defaults={"model.num_classes": 400},
                required=("engine.deepspeed_config", "plan.world_size", "plan.train_samples"))
