@@ -154,3 +154,25 @@ def test_every_4_steps_with_a_cap_of_3_clips(demo, tmp_path):
 def test_half_epochs_on_the_whole_set(demo, tmp_path):
     rec = _run(demo, tmp_path, ["--eval-every", "0.5"])
     assert [(h["step"], h["val_clips"]) for h in rec["history"]] == [(3, 8), (6, 8), (9, 8), (12, 8)]
+
+
+def test_checkpoint_cadence_and_best_model_decide_for_themselves():
+    """--save-every-steps 3 with 4 steps per epoch: steps 3, 6, 9 inside epochs and every epoch's end;
+    0: epoch ends only; without the hook the default is the epoch's end. best_model.pt: a strictly
+    higher top-1 only (the official ``prec1 > best_prec1``)."""
+    from tsm_ds.engine.loop.hooks import BestModel, CheckpointCadence
+
+    def saved(hooks, steps=12, per=4):
+        return [s for s in range(1, steps + 1) if hooks.checkpoint_due(s, (s - 1) % per + 1, per)]
+    assert saved(Hooks([CheckpointCadence(3)])) == [3, 4, 6, 8, 9, 12]
+    assert saved(Hooks([CheckpointCadence(0)])) == saved(Hooks([])) == [4, 8, 12]
+    with pytest.raises(ValueError, match="--save-every-steps"):
+        CheckpointCadence(-1)
+
+    class Never(TrainHook):   # a hook that decides first wins
+        def checkpoint_due(self, step, epoch_step, steps_per_epoch):
+            return False
+    assert saved(Hooks([Never(), CheckpointCadence(3)])) == []
+    best = Hooks([BestModel()])
+    assert [best.best_due(t, b) for t, b in ((50.0, -1.0), (50.0, 50.0), (50.1, 50.0), (49.0, 50.0))] == \
+        [True, False, True, False]

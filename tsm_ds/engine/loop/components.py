@@ -9,7 +9,15 @@ import os
 from tsm_ds.engine.guards.preempt import StopSignal
 from tsm_ds.engine.guards.watchdog import Watchdog
 from tsm_ds.engine.loop.cadence import EvalCadence
-from tsm_ds.engine.loop.hooks import Hooks, NanInjection, SignalSelf, StepCallback, TrainHook
+from tsm_ds.engine.loop.hooks import (
+    BestModel,
+    CheckpointCadence,
+    Hooks,
+    NanInjection,
+    SignalSelf,
+    StepCallback,
+    TrainHook,
+)
 from tsm_ds.engine.loop.monitor import Monitor
 from tsm_ds.engine.loop.settings import TrainSettings
 
@@ -29,6 +37,8 @@ def default_hooks(s: TrainSettings, *, extra: tuple[TrainHook, ...] = ()) -> Hoo
       (rank and world size from the launcher's ``RANK`` / ``WORLD_SIZE`` until set-up knows them);
     - :class:`~tsm_ds.engine.loop.monitor.Monitor` (TensorBoard scalars on rank 0);
     - :class:`~tsm_ds.engine.loop.cadence.EvalCadence` of ``c.schedule.eval_every`` (when to validate);
+    - :class:`~tsm_ds.engine.loop.hooks.CheckpointCadence` of ``c.output.save_every_steps`` (when to save);
+    - :class:`~tsm_ds.engine.loop.hooks.BestModel` (which validation exports ``best_model.pt``);
     - :class:`~tsm_ds.engine.loop.hooks.NanInjection` when ``c.debug.inject_nan_at_step`` is set (test hook);
     - :class:`~tsm_ds.engine.loop.hooks.StepCallback` of ``s.step_callback`` when set;
     - :class:`~tsm_ds.engine.loop.hooks.SignalSelf` when ``c.debug.inject_signal_at_step`` is set and a stop
@@ -45,6 +55,8 @@ def default_hooks(s: TrainSettings, *, extra: tuple[TrainHook, ...] = ()) -> Hoo
                  test_hang=dbg.test_hang),
         Monitor(),
         EvalCadence(c.schedule.eval_every),
+        CheckpointCadence(c.output.save_every_steps),
+        BestModel(),
     ]
     if dbg.inject_nan_at_step is not None:
         hooks.append(NanInjection(dbg.inject_nan_at_step, dbg.inject_nan_rank))

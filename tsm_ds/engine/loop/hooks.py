@@ -17,6 +17,13 @@ hook of its :class:`Hooks` at these points, always with plain values (never the 
   step inside an epoch and at each epoch's end (``epoch_step == steps_per_epoch``): validate now?
   None = no opinion; the first hook with one decides, else every epoch's end (the cadence:
   :class:`tsm_ds.engine.loop.cadence.EvalCadence`). The run's end is validated whatever they say;
+- ``checkpoint_due(step, epoch_step, steps_per_epoch) -> bool | None``: asked as ``validation_due``
+  (after validation): save now? None = no opinion; the first hook with one decides, else every
+  epoch's end (:class:`CheckpointCadence`, ``--save-every-steps``). The run's end, a stop signal
+  and a rollback's source are saved whatever they say;
+- ``best_due(select_top1, best_top1) -> bool | None``: after each validation: export
+  ``best_model.pt``? None = no opinion, else a higher top-1 than the best so far
+  (:class:`BestModel`);
 - ``stop_requested() -> str | None``: asked once per optimizer step: a reason (e.g. ``"SIGUSR1"``)
   makes the run save at that step and stop (summed over ranks with the step's statistics, so that
   every rank stops at the same step);
@@ -30,7 +37,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-__all__ = ["TrainHook", "Hooks", "NanInjection", "StepCallback", "SignalSelf"]
+__all__ = ["TrainHook", "Hooks", "CheckpointCadence", "BestModel", "NanInjection", "StepCallback", "SignalSelf"]
 
 
 class TrainHook:
@@ -64,6 +71,16 @@ class TrainHook:
     def validation_due(self, step: int, epoch_step: int, steps_per_epoch: int) -> bool | None:
         """Validate after global optimizer step ``step`` (1-based), ``epoch_step`` of the epoch's
         ``steps_per_epoch`` done? None: no opinion."""
+        return None
+
+    def checkpoint_due(self, step: int, epoch_step: int, steps_per_epoch: int) -> bool | None:
+        """Save a checkpoint after global optimizer step ``step``, ``epoch_step`` of the epoch's
+        ``steps_per_epoch`` done? None: no opinion."""
+        return None
+
+    def best_due(self, select_top1: float, best_top1: float) -> bool | None:
+        """Export ``best_model.pt`` for a validation scoring ``select_top1`` (%) when the best so far
+        is ``best_top1`` (-1 before any)? None: no opinion."""
         return None
 
     def stop_requested(self) -> str | None:
@@ -120,6 +137,21 @@ class Hooks(TrainHook):
                 return bool(due)
         return epoch_step >= steps_per_epoch
 
+    def checkpoint_due(self, step: int, epoch_step: int, steps_per_epoch: int) -> bool:
+        """The first hook's opinion; without one, every epoch's end (and only it)."""
+        return self._first("checkpoint_due", epoch_step >= steps_per_epoch, step, epoch_step, steps_per_epoch)
+
+    def best_due(self, select_top1: float, best_top1: float) -> bool:
+        """The first hook's opinion; without one, a higher top-1 than the best so far."""
+        return self._first("best_due", select_top1 > best_top1, select_top1, best_top1)
+
+    def _first(self, name: str, default: bool, *args) -> bool:
+        for h in self.hooks:
+            due = getattr(h, name)(*args)
+            if due is not None:
+                return bool(due)
+        return default
+
     def stop_requested(self) -> str | None:
         reasons = [h.stop_requested() for h in self.hooks]   # every hook asked (none is skipped)
         return next((r for r in reasons if r), None)
@@ -132,6 +164,35 @@ class Hooks(TrainHook):
         for item in items:
             yield item
             self.on_progress(what)
+
+
+class CheckpointCadence(TrainHook):
+    """When to save (mmengine's ``CheckpointHook`` ``interval``): every epoch's end, and every
+    ``every_steps`` optimizer steps inside an epoch (``--save-every-steps``; 0: epoch ends only).
+
+    Raises:
+        ValueError: ``every_steps`` < 0 (names the flag).
+    """
+
+    def __init__(self, every_steps: int = 0):
+        if every_steps < 0:
+            raise ValueError(f"--save-every-steps {every_steps}: give a number of optimizer steps >= 0 (0: epoch "
+                             f"ends only)")
+        self.every = int(every_steps)
+
+    def checkpoint_due(self, step: int, epoch_step: int, steps_per_epoch: int) -> bool:
+        """Due at an epoch's end (``epoch_step >= steps_per_epoch``) or every ``every`` global steps."""
+        return epoch_step >= steps_per_epoch or bool(self.every and step % self.every == 0)
+
+
+class BestModel(TrainHook):
+    """Which validation exports ``best_model.pt``: a top-1 (on the capped subset when there is one)
+    strictly above the best so far, as the official code's ``is_best = prec1 > best_prec1``
+    (mit-han-lab/temporal-shift-module, ``main.py``)."""
+
+    def best_due(self, select_top1: float, best_top1: float) -> bool:
+        """``select_top1 > best_top1``."""
+        return select_top1 > best_top1
 
 
 class NanInjection(TrainHook):

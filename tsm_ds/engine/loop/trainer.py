@@ -270,8 +270,7 @@ class Trainer:
         mid_epoch = micro_i < lay.micro_per_epoch and st.step < lay.total_steps   # (ends: in _epoch_end)
         if mid_epoch:
             self._validate(epoch, micro_i, last=False)
-        every = self.c.output.save_every_steps
-        if every and st.step % every == 0 and mid_epoch:
+        if mid_epoch and self.hooks.checkpoint_due(st.step, micro_i // lay.accum, lay.steps_per_epoch):
             self.save(epoch, micro_i)   # (an epoch's or the run's end saves after validation)
         if stop_now:   # a stop signal (SLURM's time-limit warning) on some rank: save here, stop
             end = micro_i >= lay.micro_per_epoch
@@ -280,11 +279,16 @@ class Trainer:
             raise Preempted(st.step, tag, reason or "a stop signal on another rank")
 
     def _epoch_end(self, epoch: int, micro_i: int) -> dict:
-        """Validate when due (at the run's end always, on the whole set), save the epoch's end (or position)."""
+        """Validate when due (at the run's end always, on the whole set); save when due (at the run's end
+        always: the epoch's end, or the position where ``max_steps`` stopped it)."""
         st, lay = self.state, self.parts.layout
-        val = self._validate(epoch, micro_i, last=st.step >= lay.total_steps)
+        last = st.step >= lay.total_steps
+        val = self._validate(epoch, micro_i, last=last)
         self.hooks.on_epoch_end(epoch, st.step)
-        self.save(*((epoch + 1, 0) if micro_i >= lay.micro_per_epoch else (epoch, micro_i)))
+        done = micro_i >= lay.micro_per_epoch
+        if last or self.hooks.checkpoint_due(st.step, micro_i // lay.accum if not done else lay.steps_per_epoch,
+                                             lay.steps_per_epoch):
+            self.save(*((epoch + 1, 0) if done else (epoch, micro_i)))
         return val
 
     def _validate(self, epoch: int, micro_i: int, *, last: bool) -> dict:
@@ -303,7 +307,7 @@ class Trainer:
             if lay.rank == 0:
                 self.bar.write(f"epoch {epoch}: step {st.step}, val top-1 {val['top1']:.1f}% top-5 "
                                f"{val['top5']:.1f}% on {val['count']} clips")
-            if val["select_top1"] > st.best_top1:
+            if self.hooks.best_due(val["select_top1"], st.best_top1):
                 self.parts.guard.check_weights("exporting best_model.pt", step=st.step, lrs=self._lrs())
                 st.best_top1, st.best_tag = val["select_top1"], tag_for_step(st.step)
                 self._export("best_model.pt", {"epoch": epoch, "step": st.step, "val_top1": val["top1"]}, check=False)
