@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import tsm_ds.models.shift as shift_mod
-from tsm_ds.models import set_fused_shift, temporal_pool, temporal_shift, temporal_shift_official
+from tsm_ds.models import temporal_pool, temporal_shift, temporal_shift_official, use_fused_shift
 from tsm_ds.models.shift import ShiftConv2d, _moves, _ShiftConv2dFn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -101,17 +101,14 @@ def test_fused_equals_reference_and_leaves_input_intact(online, per_frame_min, m
     x0 = torch.randn(2 * 4, 16, 6, 6)
     grads = {}
     for fused in (True, False):
-        old = set_fused_shift(fused)
-        try:
-            x = x0.clone().requires_grad_()
-            h = x * 1.0      # a non-leaf input, as inside a network
-            y = conv(h)
-            assert torch.equal(h, x0)          # restored bit for bit after the forward
-            (y * torch.arange(y.numel()).view_as(y).sin()).sum().backward()
-            grads[fused] = (y.detach(), x.grad.clone(), conv.weight.grad.clone())
-            conv.weight.grad = None
-        finally:
-            set_fused_shift(old)
+        assert use_fused_shift(conv, fused) == 1
+        x = x0.clone().requires_grad_()
+        h = x * 1.0      # a non-leaf input, as inside a network
+        y = conv(h)
+        assert torch.equal(h, x0)          # restored bit for bit after the forward
+        (y * torch.arange(y.numel()).view_as(y).sin()).sum().backward()
+        grads[fused] = (y.detach(), x.grad.clone(), conv.weight.grad.clone())
+        conv.weight.grad = None
     for a, b in zip(grads[True], grads[False]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
@@ -121,3 +118,21 @@ def test_temporal_pool_values():
     out = temporal_pool(x, 4)   # max over frames (t-1, t, t+1) at t = 0, 2
     assert out.shape == (2, 2, 2, 3)
     assert out[0, 0, 0, 0].item() == 100 * 1 + 1 and out[1, 1, 0, 0].item() == 100 * 3 + 2
+
+
+def test_no_fused_shift_is_the_models_own_setting_not_the_process():
+    """--no-fused-shift reaches the run's model (all 8 shifted convolutions of TSM-ResNet-18 take the
+    reference path) and nothing else: a model built afterwards in the same process keeps the fused
+    path (no process-wide switch)."""
+    import logging
+
+    from tsm_ds.cli.train import _model
+    from tsm_ds.config import tree_with
+    from tsm_ds.models import ShiftConv2d, build_model
+
+    cfg = tree_with({"model.arch": "resnet18", "model.fused_shift": False})
+    model = _model(cfg, {}, logging.getLogger("test"), num_classes=3)
+    convs = [m for m in model.modules() if isinstance(m, ShiftConv2d)]
+    assert len(convs) == 8 and not any(m.fused for m in convs)
+    other = build_model("resnet18", 3)
+    assert all(m.fused for m in other.modules() if isinstance(m, ShiftConv2d))

@@ -21,18 +21,11 @@ from tsm_ds.models.shift import (
     ShiftConv2d,
     _moves,
     _shift_inplace,
-    set_fused_shift,
     temporal_shift,
+    use_fused_shift,
 )
 
 CL = torch.channels_last
-
-
-@pytest.fixture(autouse=True)
-def _fused_default():
-    old = set_fused_shift(True)
-    yield
-    set_fused_shift(old)
 
 
 @pytest.mark.parametrize("online", [False, True])
@@ -49,7 +42,7 @@ def test_inplace_shift_on_channels_last_moves_exactly_the_reference_values(shape
 
 
 def _conv_step(conv, x, grad, fused: bool):
-    set_fused_shift(fused)
+    use_fused_shift(conv, fused)
     xi = x.clone().requires_grad_(True)   # clone keeps the layout
     conv.zero_grad()
     y = conv(xi)

@@ -111,42 +111,28 @@ class _Runner:
     """One model with its optimizer and a fixed random batch; ``train_step()`` / ``infer()`` time
     one step: (wall seconds, process CPU seconds)."""
 
-    def __init__(self, model: nn.Module, batch: int, frames: int, img: int, num_classes: int,
-                 setup: Callable[[], Any] | None = None):
+    def __init__(self, model: nn.Module, batch: int, frames: int, img: int, num_classes: int):
         self.model = model
         self.opt = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9)
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(batch, frames, 3, img, img, generator=g)
         self.y = torch.randint(0, num_classes, (batch,), generator=g)
-        self.setup = setup or (lambda: None)
 
     def train_step(self) -> float:
-        old = self.setup()
         self.model.train()
         t0 = _clock()
         self.opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(self.model(self.x), self.y)
         loss.backward()
         self.opt.step()
-        dt = _since(t0)
-        self._teardown(old)
-        return dt
+        return _since(t0)
 
     def infer(self) -> float:
-        old = self.setup()
         self.model.eval()
         t0 = _clock()
         with torch.no_grad():
             self.model(self.x)
-        dt = _since(t0)
-        self._teardown(old)
-        return dt
-
-    @staticmethod
-    def _teardown(old):
-        if old is not None:
-            from tsm_ds.models import set_fused_shift
-            set_fused_shift(old)
+        return _since(t0)
 
 
 def _interleaved(runners: dict[str, Callable[[], tuple[float, float]]], reps: int,
@@ -186,7 +172,7 @@ def shift_overhead(sizes: list[int], batch: int, frames: int, reps: int, num_cla
     Returns one row per (image size, variant) with median/min/max step time and the ratio of the
     median to TSN's median at the same size.
     """
-    from tsm_ds.models import build_model, set_fused_shift
+    from tsm_ds.models import build_model, use_fused_shift
 
     rows = []
     for img in sizes:
@@ -195,12 +181,10 @@ def shift_overhead(sizes: list[int], batch: int, frames: int, reps: int, num_cla
         tsn.load_state_dict(tsm.state_dict())
         ref = build_model("resnet50", num_classes, num_segments=frames)
         ref.load_state_dict(tsm.state_dict())
+        use_fused_shift(ref, False)   # the official out-of-place shift on this copy
         runners = {
-            "TSM (fused shift)": _Runner(tsm, batch, frames, img, num_classes,
-                                         setup=lambda: set_fused_shift(True)).train_step,
-            "TSM (official out-of-place shift)": _Runner(
-                ref, batch, frames, img, num_classes, setup=lambda: set_fused_shift(False)
-            ).train_step,
+            "TSM (fused shift)": _Runner(tsm, batch, frames, img, num_classes).train_step,
+            "TSM (official out-of-place shift)": _Runner(ref, batch, frames, img, num_classes).train_step,
             "TSN (no shift)": _Runner(tsn, batch, frames, img, num_classes).train_step,
         }
         _official_patch(ref)

@@ -276,7 +276,6 @@ def _process_settings(cfg: Config, log: logging.Logger) -> None:
     from tsm_ds.data.memory import set_malloc_trim
     from tsm_ds.data.shards import set_shard_cache
     from tsm_ds.data.video import set_index_cache_dir, set_index_cache_size
-    from tsm_ds.models import set_fused_shift
 
     if os.environ.get("DS_ACCELERATOR") == "cpu":
         ops = Path(os.environ["TORCH_EXTENSIONS_DIR"])
@@ -287,7 +286,6 @@ def _process_settings(cfg: Config, log: logging.Logger) -> None:
     set_index_cache_dir(d.index_cache)
     set_index_cache_size(d.index_cache_size)
     set_malloc_trim(d.malloc_trim)
-    set_fused_shift(cfg.model.fused_shift)
     try:
         set_shard_cache(d.shard_cache, d.shard_cache_mb)
     except ValueError as e:
@@ -340,10 +338,11 @@ def _data(cfg: Config, log: logging.Logger) -> tuple:
 def _model(cfg: Config, engine_json: dict, log: logging.Logger, *, num_classes: int):
     """The recognizer: built, ``--tune-from`` weights loaded, the large-batch options applied.
     Raises ConfigStop."""
-    from tsm_ds.models import build_model
+    from tsm_ds.models import build_model, use_fused_shift
 
     m = cfg.model
     model = build_model(m.arch, num_classes, pretrained=m.pretrained, **m.build_options())
+    use_fused_shift(model, m.fused_shift)   # --no-fused-shift: the reference shift, on this model
     if m.tune_from:
         from tsm_ds.engine.checkpoint.manager import load_finetune_weights
         try:

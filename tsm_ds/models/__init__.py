@@ -29,15 +29,15 @@ from .shift import (
                     ShiftConv2d,
                     TemporalPool,
                     TemporalShift,
-                    set_fused_shift,
                     temporal_pool,
                     temporal_shift,
                     temporal_shift_official,
+                    use_fused_shift,
 )
 from .tsn import ARCHS_2D, TSN
 from .weights import CheckpointError, load_imagenet_state_dict
 
 __all__ = ["ARCHS", "ARCHS_2D", "BUILDERS", "CheckpointError", "I3D", "ShiftConv2d", "TSN",
            "TemporalPool", "TemporalShift", "build_model", "complexity", "load_imagenet_state_dict",
-           "load_official_checkpoint", "parameter_groups", "parse_official_name", "set_fused_shift",
+           "load_official_checkpoint", "parameter_groups", "parse_official_name", "use_fused_shift",
            "temporal_pool", "temporal_shift", "temporal_shift_official"]

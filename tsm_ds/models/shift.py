@@ -34,8 +34,9 @@ Two implementations of one definition
   compiled a bottleneck block in 164 s and ran it 1.8x slower than eager here (compiled TSM/TSN
   block ratio 1.035), so it is not used on CPU.
 
-  The fused path is chosen automatically (see :func:`fast_path_allowed`); set the environment
-  variable ``TSM_DS_FUSED_SHIFT=0`` or call :func:`set_fused_shift` (False) to force the reference.
+  The fused path is chosen automatically (see :func:`fast_path_allowed`); ``--no-fused-shift`` (or
+  ``TSM_DS_FUSED_SHIFT=0``) makes the train command call :func:`use_fused_shift` (model, False) to
+  force the reference on that model's shift convolutions (a module attribute, not a process global).
   Caveats, all handled by falling back to the reference: it needs a view-able (N, T, C, H, W)
   input, zero padding mode, no autocast, and no tracing/compiling/exporting. While the fused
   convolution runs, the input tensor briefly holds shifted values; nothing else may read it
@@ -63,30 +64,27 @@ import torch.nn.functional as F
 
 ShiftMode = Literal["bidirectional", "online"]
 
-#: the fused path is allowed (the default); training sets it from ``model.fused_shift`` (``--no-fused-shift``,
-#: ``TSM_DS_FUSED_SHIFT=0``, read by the command line, :mod:`tsm_ds.config.env`)
-_FUSED_ENABLED = True
+def use_fused_shift(module: nn.Module, enabled: bool) -> int:
+    """Allow (True, the default of every :class:`ShiftConv2d`) or forbid (False) the fused in-place
+    shift in ``module`` and its children; the train command passes ``model.fused_shift``
+    (``--no-fused-shift``, ``TSM_DS_FUSED_SHIFT=0``), benchmarks and tests compare the two paths.
 
-
-def set_fused_shift(enabled: bool) -> bool:
-    """Globally allow (True) or forbid (False) the fused in-place shift path; returns the old value.
-
-    Used by benchmarks and tests to compare against the out-of-place reference.
+    Returns:
+        The number of :class:`ShiftConv2d` modules set.
     """
-    global _FUSED_ENABLED
-    old, _FUSED_ENABLED = _FUSED_ENABLED, bool(enabled)
-    return old
+    convs = [m for m in module.modules() if isinstance(m, ShiftConv2d)]
+    for m in convs:
+        m.fused = bool(enabled)
+    return len(convs)
 
 
 def fast_path_allowed(x: torch.Tensor) -> bool:
     """True when the fused in-place shift may run on ``x``.
 
-    False (reference path) when disabled via :func:`set_fused_shift` (``--no-fused-shift``), when
-    tracing or scripting (torch.jit), compiling or exporting (torch.compile, torch.export, ONNX),
-    under autocast for ``x``'s device, or for tensor subclasses (fake/functional tensors).
+    False (reference path) when tracing or scripting (torch.jit), compiling or exporting
+    (torch.compile, torch.export, ONNX), under autocast for ``x``'s device, or for tensor subclasses
+    (fake/functional tensors). A module forbidden the fused path (:func:`use_fused_shift`) does not ask.
     """
-    if not _FUSED_ENABLED:
-        return False
     if torch.jit.is_scripting() or torch.jit.is_tracing():
         return False
     if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export():
@@ -347,6 +345,7 @@ class ShiftConv2d(nn.Conv2d):
         self.num_segments = num_segments
         self.shift_div = shift_div
         self.online = online
+        self.fused = True   # the fused in-place path may run (use_fused_shift)
         self.stream: StreamState | None = None
 
     @classmethod
@@ -371,7 +370,7 @@ class ShiftConv2d(nn.Conv2d):
             return super().forward(self.stream.shift(x, self.in_channels // self.shift_div))
         n, t, c, _, _ = _check(x, self.num_segments, self.shift_div)
         moves = _moves(c, self.shift_div, self.online)
-        if (moves and fast_path_allowed(x) and self.padding_mode == "zeros"
+        if (moves and self.fused and fast_path_allowed(x) and self.padding_mode == "zeros"
                 and not isinstance(self.padding, str) and _can_view5(x, n, t)):
             return _ShiftConv2dFn.apply(x, self.weight, self.bias, n, t, moves, self.stride,
                                         self.padding, self.dilation, self.groups)
