@@ -87,17 +87,23 @@ def test_worker_anonymous_rss_stays_flat_over_200_items(tmp_path):
     assert growth < BOUND_MB, f"anonymous RSS grew {growth:.1f} MB over {ITEMS} items (MB: {rss})"
 
 
-def test_release_freed_heap_switch():
+def test_release_freed_heap_switch(shared_data, monkeypatch):
+    """--no-malloc-trim is the dataset's option: its items call the trim or not (counted), and no
+    process-wide switch is left behind."""
     from tsm_ds.cli.train import parse_config
-    from tsm_ds.data.memory import release_freed_heap, set_malloc_trim, trim_enabled
+    from tsm_ds.data import dataset as dataset_mod
+    from tsm_ds.data.options import ReaderOptions
+    from tsm_ds.data.records import VideoRecord
 
-    try:
-        set_malloc_trim(False)
-        assert not trim_enabled() and release_freed_heap() is False
-        set_malloc_trim(True)
-        assert trim_enabled() and isinstance(release_freed_heap(), bool)
-    finally:
-        set_malloc_trim(True)
+    calls = []
+    monkeypatch.setattr(dataset_mod, "release_freed_heap", lambda: calls.append(1) or True)
+    video = next((shared_data / "videos").rglob("*.mp4"))
+    for trim, want in ((False, 0), (True, 2)):
+        ds = dataset_mod.VideoClipDataset([VideoRecord(str(video), 0)] * 2, num_segments=2, img_size=32,
+                                          mode="val", reader_options=ReaderOptions(malloc_trim=trim))
+        calls.clear()
+        _ = (ds[0], ds[1])
+        assert len(calls) == want, trim
     # the switch's field: --no-malloc-trim, or TSM_DS_MALLOC_TRIM=0 when the flag is not given
     assert parse_config([], environ={})[0].data.malloc_trim is True
     assert parse_config(["--no-malloc-trim"], environ={})[0].data.malloc_trim is False

@@ -12,6 +12,7 @@ import torch
 pytest.importorskip("litdata")
 
 from tsm_ds.data import shards  # noqa: E402
+from tsm_ds.data.options import ReaderOptions
 from tsm_ds.data.splits import build_datasets, resolve_split  # noqa: E402
 from tsm_ds.data.video import write_packed  # noqa: E402
 
@@ -186,22 +187,18 @@ def test_sampler_drives_the_shard_reader_clip_count_and_resume(packs):
 
 @pytest.fixture()
 def s3(packs, tmp_path, moto_s3):
-    """The shards at s3://data/shards on moto's server (conftest ``moto_s3``); yields the URL and
-    the server's request log."""
+    """The shards at s3://data/shards on moto's server (conftest ``moto_s3``): the URL, the server's
+    request log and the datasets' options (the shard cache in the test's folder)."""
     url = moto_s3(packs / "shards", "shards")
-    shards.set_shard_cache(str(tmp_path / "cache"), 1000)
-    try:
-        yield url, tmp_path / "moto.log"
-    finally:
-        shards.set_shard_cache(None, shards.DEFAULT_CACHE_MB)
+    return url, tmp_path / "moto.log", ReaderOptions(shard_cache=str(tmp_path / "cache"), shard_cache_mb=1000)
 
 
 def test_items_from_s3_server_equal_per_file(packs, s3, tmp_path):
-    url, log = s3
+    url, log, opts = s3
     sp = resolve_split(data=url)
     assert sp.kind == "shards" and sp.data == url
     a = build_datasets(resolve_split(data=packs), num_segments=3, img_size=24, seed=7)
-    b = build_datasets(sp, num_segments=3, img_size=24, seed=7)
+    b = build_datasets(sp, num_segments=3, img_size=24, seed=7, reader_options=opts)
     for x, y in zip(a, b):
         _same(_items(x), _items(y))
     cached = [p for p in (tmp_path / "cache").rglob("chunk-*.bin")]

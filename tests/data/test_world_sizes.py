@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tsm_ds.data import shards
+from tsm_ds.data.options import ReaderOptions
 from tsm_ds.data.splits import build_datasets, resolve_split
 from tsm_ds.data.testvideo import write_numbered_video
 
@@ -62,7 +63,7 @@ def _decoded(batch) -> torch.Tensor:
     return clip.decode() if hasattr(clip, "decode") else clip   # --decode-device cpu: decoded per batch
 
 
-def _epoch(split, *, world: int, rank: int, decode_device, monkeypatch) -> dict:
+def _epoch(split, *, world: int, rank: int, decode_device, monkeypatch, reader_options=None) -> dict:
     """This rank's items of epoch EPOCH through the trainer's loaders (2 DataLoader workers, forked
     under this rank's environment): {"train": {index: item}, "val": {index: item}}."""
     from tsm_ds.engine.loop.loaders import build_loaders
@@ -70,7 +71,8 @@ def _epoch(split, *, world: int, rank: int, decode_device, monkeypatch) -> dict:
     for k, v in dict(WORLD_SIZE=world, RANK=rank, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world, GLOBAL_RANK=rank).items():
         monkeypatch.setenv(k, str(v))
     shards._READERS.clear()   # this process's readers are built again under this rank's environment
-    train_set, val_set = build_datasets(split, num_segments=T, img_size=SIZE, seed=SEED, decode_device=decode_device)
+    train_set, val_set = build_datasets(split, num_segments=T, img_size=SIZE, seed=SEED, decode_device=decode_device,
+                                        reader_options=reader_options)
     sampler, gen, loader, val_loader = build_loaders(train_set, val_set, micro=1, world=world, rank=rank, seed=SEED,
                                                      num_workers=2)
     sampler.set_epoch(EPOCH)
@@ -90,28 +92,25 @@ def _epoch(split, *, world: int, rank: int, decode_device, monkeypatch) -> dict:
 
 @pytest.fixture()
 def s3_url(sources, tmp_path, moto_s3):
-    url = moto_s3(sources / "packs" / "shards", "shards")
-    shards.set_shard_cache(str(tmp_path / "cache"), 100)
-    try:
-        yield url
-    finally:
-        shards.set_shard_cache(None, shards.DEFAULT_CACHE_MB)
+    """(the URL on moto's server, the datasets' options: the shard cache in the test's folder)."""
+    return moto_s3(sources / "packs" / "shards", "shards"), ReaderOptions(shard_cache=str(tmp_path / "cache"),
+                                                                          shard_cache_mb=100)
 
 
 @pytest.mark.parametrize("name", ["videos", "list", "frames", "packs", "packs_decode_cpu", "shards", "s3"])
 def test_every_rank_reads_every_sample_as_world_one_does(sources, name, request, monkeypatch):
-    url = request.getfixturevalue("s3_url") if name == "s3" else None
+    url, opts = request.getfixturevalue("s3_url") if name == "s3" else (None, None)
     split = _split(sources, name, url)
     assert split.class_names == list(CLASSES) and len(split.train) == 9 and len(split.val) == 3
     dd = "cpu" if name == "packs_decode_cpu" else None
-    ref = _epoch(split, world=1, rank=0, decode_device=dd, monkeypatch=monkeypatch)
+    ref = _epoch(split, world=1, rank=0, decode_device=dd, monkeypatch=monkeypatch, reader_options=opts)
     for side in ("train", "val"):
         assert sorted(ref[side]) == list(range(ref["sizes"][side]))
         assert all(it["bad"] == 0 and it["bad_files"] == "" for it in ref[side].values()), (name, side)
     for world in (2, 4):
         seen = {"train": set(), "val": set()}
         for rank in range(world):
-            got = _epoch(split, world=world, rank=rank, decode_device=dd, monkeypatch=monkeypatch)
+            got = _epoch(split, world=world, rank=rank, decode_device=dd, monkeypatch=monkeypatch, reader_options=opts)
             for side in ("train", "val"):
                 per_rank = -(-ref["sizes"][side] // world)   # DistributedSampler's share, padding included
                 assert 1 <= len(got[side]) <= per_rank

@@ -62,9 +62,9 @@ def main(argv: list[str]) -> int:
     from tsm_ds.inference.evaluate import evaluate
 
     set_threads()   # ranks sharing a CPU split its cores (a no-op for one process or with OMP_NUM_THREADS)
-    from tsm_ds.data.shards import set_shard_cache
+    from tsm_ds.data.options import ReaderOptions
     try:
-        set_shard_cache(cfg.data.shard_cache, cfg.data.shard_cache_mb)
+        reader_options = ReaderOptions(shard_cache=cfg.data.shard_cache, shard_cache_mb=cfg.data.shard_cache_mb)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
                            trust=cfg.checkpoint.trust_checkpoint, decode_device=cfg.data.decode_device,
                            log=lambda line: print(line, flush=True), max_bad_fraction=cfg.data.max_bad_fraction,
                            dataset=cfg.data.dataset, dataset_split=cfg.data.dataset_split,
-                           frame_template=cfg.data.frame_template)
+                           frame_template=cfg.data.frame_template, reader_options=reader_options)
     except DataLossError as err:
         print(f"tsm-ds eval: {err}", file=sys.stderr)
         return EXIT_DATA_LOSS

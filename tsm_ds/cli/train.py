@@ -247,11 +247,11 @@ def exit_table() -> list[tuple]:
 
 
 def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
-    """Build the components from their sections of ``cfg`` and train: process settings -> recipe ->
+    """Build the components from their sections of ``cfg`` and train: comm op -> recipe ->
     data -> model -> trainer -> fit, each phase in its own function; every failure becomes an exit
     status through :func:`exit_table` (see :func:`main` for the statuses)."""
     try:
-        _process_settings(cfg, log)
+        _check_comm_op(log)
         cfg_path, engine_json = _recipe(cfg, log)
         split, flip, train_set, val_set = _data(cfg, log)
         model = _model(cfg, engine_json, log, num_classes=len(split.class_names))
@@ -271,25 +271,15 @@ def train(cfg: Config, *, log: logging.Logger, rank: int) -> int:
     return EXIT_OK
 
 
-def _process_settings(cfg: Config, log: logging.Logger) -> None:
-    """Process-wide settings, before DataLoader workers fork (they inherit them). Raises ConfigStop."""
-    from tsm_ds.data.memory import set_malloc_trim
-    from tsm_ds.data.shards import set_shard_cache
-    from tsm_ds.data.video import set_index_cache_dir, set_index_cache_size
-
+def _check_comm_op(log: logging.Logger) -> None:
+    """Say when DeepSpeed's CPU comm op is about to be built (not built ahead by set-up). No process
+    setting is flipped here: the readers' caches are the datasets' options, applied in the process
+    that reads (:mod:`tsm_ds.data.options`); the fused shift is the model's (:func:`tsm_ds.models.use_fused_shift`)."""
     if os.environ.get("DS_ACCELERATOR") == "cpu":
         ops = Path(os.environ["TORCH_EXTENSIONS_DIR"])
         if not (ops / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").exists():
             log.warning("DeepSpeed builds its CPU comm op into %s now (~40 s, once per machine; launch/setup.sh "
                         "builds it ahead)", ops)
-    d = cfg.data
-    set_index_cache_dir(d.index_cache)
-    set_index_cache_size(d.index_cache_size)
-    set_malloc_trim(d.malloc_trim)
-    try:
-        set_shard_cache(d.shard_cache, d.shard_cache_mb)
-    except ValueError as e:
-        raise ConfigStop(str(e)) from None
 
 
 def _recipe(cfg: Config, log: logging.Logger) -> tuple[str, dict]:
@@ -310,6 +300,7 @@ def _data(cfg: Config, log: logging.Logger) -> tuple:
     ConfigStop: a bad --data / list / label file is the user's to fix, a message, not a traceback."""
     import torch
 
+    from tsm_ds.data.options import ReaderOptions
     from tsm_ds.data.splits import build_datasets
 
     d, m, sch = cfg.data, cfg.model, cfg.schedule
@@ -320,7 +311,8 @@ def _data(cfg: Config, log: logging.Logger) -> tuple:
             raise ValueError("--decode-device and --cache-decoded exclude each other: the cache holds "
                              "decoded frames; choose one")
         train_set, val_set = build_datasets(split, num_segments=m.num_segments, img_size=d.img_size,
-                                            seed=sch.seed, flip=flip, decode_device=d.decode_device)
+                                            seed=sch.seed, flip=flip, decode_device=d.decode_device,
+                                            reader_options=ReaderOptions.from_config(d))
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         raise ConfigStop(f"data: {e}") from None
     log.info("data: %s; %d train clips, %d val clips, %d classes", split.description, len(train_set),

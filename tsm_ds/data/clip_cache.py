@@ -171,6 +171,9 @@ def attach_frame_cache(datasets: Sequence, *, max_mb: float, thread_count: int =
             if ds is None:
                 continue
             ds.frame_cache = cache
+            options = getattr(ds, "reader_options", None)
+            if options is not None:
+                options.apply()   # this process decodes: its frame-index cache as the dataset says
             for rec in ds.records:
                 try:
                     cache.video(rec.path, num_frames=rec.num_frames, short_side=ds.decode_short_side,

@@ -22,8 +22,8 @@ warned (two workers failing on the same file in the same instant could still bot
 trainer turns these warnings off (``warn_bad_files = False``) and warns once per file per run
 from rank 0 instead (the tracker).
 Memory: after every item the heap memory the decoder freed is returned to the OS
-(:func:`tsm_ds.data.memory.release_freed_heap`, glibc ``malloc_trim``; ``TSM_DS_MALLOC_TRIM=0``
-turns it off), so that a worker's RSS stays flat over a long epoch.
+(:func:`tsm_ds.data.memory.release_freed_heap`, glibc ``malloc_trim``; ``reader_options.malloc_trim``
+False, ``--no-malloc-trim``, turns it off), so that a worker's RSS stays flat over a long epoch.
 
 After ``max_replacements`` failures in a row a ``RuntimeError`` names the files: the dataset is
 mostly unreadable and looping on would hide it. Partly decodable files are kept; see
@@ -42,6 +42,7 @@ from torch.utils.data import Dataset
 from . import shards as _shards
 from . import video as _video
 from .memory import release_freed_heap
+from .options import ReaderOptions
 from .packed_batch import PackedClip, check_decode_device, stack_views
 from .records import VideoRecord
 from .sampling import clip_indices
@@ -90,6 +91,9 @@ class VideoClipDataset(Dataset):
             :class:`~tsm_ds.data.packed_batch.PackedClip` (JPEG bytes + the drawn crop) and
             :func:`~tsm_ds.data.transforms.normalize_batch` decodes whole batches there
             (DataLoaders need ``collate_fn=collate_items``); "cuda" without CUDA is refused.
+        reader_options: the frame-index cache, shard cache and heap trim of every process that reads
+            this dataset (:class:`~tsm_ds.data.options.ReaderOptions`, applied there; default: the
+            defaults).
 
     Raises ValueError for an empty record list or bad options.
     """
@@ -101,7 +105,7 @@ class VideoClipDataset(Dataset):
                  dense_window: int = 64, max_replacements: int = 20,
                  thread_count: int = 1, train_short_side: int | None | str = "auto",
                  scale_size: int | None = None, decode_short_side: int | None | str = "auto",
-                 decode_device: str | None = None):
+                 decode_device: str | None = None, reader_options: ReaderOptions | None = None):
         if not records:
             raise ValueError("VideoClipDataset: no records")
         if mode not in ("train", "val", "test"):
@@ -109,6 +113,7 @@ class VideoClipDataset(Dataset):
         if mode != "test" and (num_clips != 1 or num_crops != 1 or twice_sample or full_res):
             raise ValueError("num_clips / num_crops / full_res / twice_sample apply to mode='test' only")
         self.records = list(records)
+        self.reader_options = reader_options or ReaderOptions()   # applied where items are read
         self.num_segments = num_segments
         self.mode = mode
         self.sampling = sampling
@@ -186,6 +191,7 @@ class VideoClipDataset(Dataset):
 
         ``shape`` (T, crop): cut the clip with T frames and resize its crop to ``crop`` px (train mode;
         :meth:`__getitem__`); None: ``num_segments`` and ``img_size``, the default path, unchanged."""
+        self.reader_options.apply()   # this process's caches, as the dataset says (data/options.py)
         t_segs = self.num_segments if shape is None else int(shape[0])
         out = {} if shape is None else {"out_size": int(shape[1])}   # the default calls stay as they were
 
@@ -264,7 +270,8 @@ class VideoClipDataset(Dataset):
         for attempt in range(self.max_replacements + 1):
             try:
                 clip = self.load(record, index, attempt, shape)
-                release_freed_heap()   # the decoder's freed heap back to the OS: flat RSS (data/memory.py)
+                if self.reader_options.malloc_trim:
+                    release_freed_heap()   # the decoder's freed heap back to the OS: flat RSS (data/memory.py)
                 return {"clip": clip, "label": int(record.label), "index": int(index), "bad": len(failures),
                         "bad_files": json.dumps(failures) if failures else ""}
             except _video.VideoError as e:

@@ -18,35 +18,21 @@ heap also serves the training step, whose freed pages a trim after every item ha
 the step to fault them in again (measured: TSM-ResNet-18 112 px, 2 clips per step, 1 thread, trim
 after every item made the item + step iteration 5.6-6.5 % slower; every 64 items costs ~0.1 %).
 
-``TSM_DS_MALLOC_TRIM=0`` turns the trim off. On a C library without ``malloc_trim`` (musl, macOS)
-:func:`release_freed_heap` does nothing.
+The dataset calls it unless its ``reader_options.malloc_trim`` is False (``--no-malloc-trim``,
+``TSM_DS_MALLOC_TRIM=0``; :mod:`tsm_ds.data.options`). On a C library without ``malloc_trim`` (musl,
+macOS) :func:`release_freed_heap` does nothing.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 
-__all__ = ["release_freed_heap", "trim_enabled", "set_malloc_trim"]
+__all__ = ["release_freed_heap"]
 
 _trim = None   # libc's malloc_trim, False when unavailable; resolved on first use (per process)
 #: items between two trims in the main process (DataLoader workers trim after every item)
 MAIN_PROCESS_EVERY = 64
 _calls = 0
-
-
-_enabled = True   # the train command sets it from ``data.malloc_trim`` (``--no-malloc-trim``, ``TSM_DS_MALLOC_TRIM``)
-
-
-def trim_enabled() -> bool:
-    """Whether :func:`release_freed_heap` trims (default True; :func:`set_malloc_trim`)."""
-    return _enabled
-
-
-def set_malloc_trim(enabled: bool) -> None:
-    """Turn the trim on or off for this process and the DataLoader workers it forks later (they
-    inherit the module's state)."""
-    global _enabled
-    _enabled = bool(enabled)
 
 
 def release_freed_heap() -> bool:
@@ -57,12 +43,9 @@ def release_freed_heap() -> bool:
 
     Returns:
         True when memory was released (glibc's return value), False when nothing was released,
-        this call was skipped, the trim is turned off (:func:`set_malloc_trim`) or the C library
-        has no ``malloc_trim``.
+        this call was skipped or the C library has no ``malloc_trim``.
     """
     global _trim, _calls
-    if not trim_enabled():
-        return False
     _calls += 1
     from torch.utils.data import get_worker_info
 

@@ -71,12 +71,13 @@ _FORMATS = ["int", "int", "bytes"]
 _VERSION = 2
 _SOI, _EOI = b"\xff\xd8", b"\xff\xd9"
 
-_cache = {"dir": None, "mb": DEFAULT_CACHE_MB}   # set by the commands from --shard-cache / --shard-cache-mb
+_cache = {"dir": None, "mb": DEFAULT_CACHE_MB}   # a dataset's reader_options set it (set_shard_cache)
 
 
 def set_shard_cache(cache_dir: str | None, max_mb: float | None) -> None:
-    """Where remote shards are cached and how large the cache may grow (``--shard-cache``,
-    ``--shard-cache-mb``), for this process and the DataLoader workers it forks afterwards.
+    """Where this process caches remote shards and how large the cache may grow (``--shard-cache``,
+    ``--shard-cache-mb``); a dataset sets it in the process that reads it from its ``reader_options``
+    (:meth:`tsm_ds.data.options.ReaderOptions.apply`). This process's readers are opened again.
 
     Args:
         cache_dir: a folder (None: ``$TMPDIR/tsm_ds_shards/<hash of the source>``).

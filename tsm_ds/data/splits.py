@@ -325,19 +325,21 @@ def demo_split(root: str | os.PathLike, *, seed: int = 0, clips: int = 48) -> Sp
 
 
 def build_datasets(split: Split, *, num_segments: int, img_size: int, seed: int = 0, flip: bool = True,
-                   decode_device: str | None = None) -> tuple:
+                   decode_device: str | None = None, reader_options=None) -> tuple:
     """(train_set, val_set) :class:`~tsm_ds.data.dataset.VideoClipDataset` of a :class:`Split`.
 
     Training clips: random TSN sampling, multi-scale crops, horizontal flip when ``flip``; items
     ``clip`` of shape (num_segments, 3, img_size, img_size). ``val_set`` is None when the split has
-    no validation records. ``decode_device`` (``--decode-device``): see the dataset.
+    no validation records. ``decode_device`` (``--decode-device``) and ``reader_options`` (the readers'
+    caches, :class:`tsm_ds.data.options.ReaderOptions`): see the dataset.
 
     Raises ValueError: ``decode_device`` set for records that are not packed, or "cuda" without
     CUDA.
     """
     from tsm_ds.data.dataset import VideoClipDataset
 
-    common = dict(num_segments=num_segments, img_size=img_size, seed=seed, decode_device=decode_device)
+    common = dict(num_segments=num_segments, img_size=img_size, seed=seed, decode_device=decode_device,
+                  reader_options=reader_options)
     train_set = VideoClipDataset(list(split.train), mode="train", flip=flip, **common)
     val_set = VideoClipDataset(list(split.val), mode="val", **common) if split.val else None
     return train_set, val_set

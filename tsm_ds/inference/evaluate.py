@@ -145,7 +145,7 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
              max_clips: int | None = None, plot: bool = True, trust: bool = False,
              decode_device: str | None = None, log: Callable[[str], None] | None = None,
              max_bad_fraction: float = 0.01, dataset: str | None = None, dataset_split: int | None = None,
-             frame_template: str | None = None) -> dict | None:
+             frame_template: str | None = None, reader_options=None) -> dict | None:
     """Evaluate a checkpoint on videos with a multi-view test protocol (``tsm-ds eval``; the options
     are the fields of the ``checkpoint``, ``views`` and ``eval`` sections of :mod:`tsm_ds.config.tree`).
 
@@ -165,6 +165,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
             :class:`~tsm_ds.data.dataset.VideoClipDataset`); None: in the DataLoader workers.
         trust: load a checkpoint that needs more than the weights-only allowlist with full unpickling
             (``--trust-checkpoint``; :func:`load_for_inference`).
+        reader_options: the readers' caches (``--shard-cache``, ...; :class:`tsm_ds.data.options.ReaderOptions`;
+            None: the defaults).
         max_bad_fraction: the data-loss budget (``--max-bad-fraction``): unreadable videos are left
             out of the scores; more than this share of the videos stops the evaluation.
 
@@ -201,7 +203,8 @@ def evaluate(checkpoint: str | os.PathLike, *, out: str | os.PathLike, labels: s
                                                 dataset_split=dataset_split, frame_template=frame_template)
     mapping = map_labels(ds_names, loaded.class_names)
     dataset = VideoClipDataset(records, num_segments=num_segments, img_size=img_size,
-                               decode_device=decode_device, **protocol.dataset_kwargs())
+                               decode_device=decode_device, reader_options=reader_options,
+                               **protocol.dataset_kwargs())
     sampler = DistributedSampler(dataset, shuffle=False) if world > 1 else None
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, shuffle=False,
                         num_workers=workers, collate_fn=collate_items)

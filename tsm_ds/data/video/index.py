@@ -102,14 +102,15 @@ _index_cache: OrderedDict[tuple[str, int, int], VideoIndex] = OrderedDict()
 #: rebuilt by one demux pass, or read from the on-disk cache); training sets it from
 #: ``data.index_cache_size`` (:func:`set_index_cache_size`)
 INDEX_CACHE_SIZE = 8192
-_index_cache_dir: str | None = None   # training sets it from ``data.index_cache`` (:func:`set_index_cache_dir`)
+_index_cache_dir: str | None = None   # a dataset's reader_options set it (:func:`set_index_cache_dir`)
 
 
 def set_index_cache_dir(path: str | os.PathLike | None) -> None:
     """Also keep frame indexes on disk under ``path`` (shared by DataLoader workers and runs).
 
-    ``None`` keeps them in this process only (the default; the train command sets it from
-    ``--index-cache`` / ``TSM_DS_INDEX_CACHE``). Entries are keyed by (real path, size, mtime), so
+    ``None`` keeps them in this process only (the default). A dataset sets it in the process that
+    reads it from its ``reader_options`` (``--index-cache`` / ``TSM_DS_INDEX_CACHE``;
+    :meth:`tsm_ds.data.options.ReaderOptions.apply`). Entries are keyed by (real path, size, mtime), so
     edited files re-index.
     """
     global _index_cache_dir
@@ -117,8 +118,9 @@ def set_index_cache_dir(path: str | os.PathLike | None) -> None:
 
 
 def set_index_cache_size(entries: int) -> None:
-    """Keep at most ``entries`` frame indexes in this process (default 8192; the train command sets
-    it from ``--index-cache-size`` / ``TSM_DS_INDEX_CACHE_SIZE``); the least recently used are dropped first.
+    """Keep at most ``entries`` frame indexes in this process (default 8192; a dataset sets it from its
+    ``reader_options``, ``--index-cache-size`` / ``TSM_DS_INDEX_CACHE_SIZE``); the least recently used are
+    dropped first.
 
     Raises:
         ValueError: ``entries`` < 1.
