@@ -94,6 +94,12 @@ def test_step_lookup_total_steps_and_micro_batches():
         assert before <= clips < before + s.step_shape(e, len(steps)).global_batch
     with pytest.raises(ValueError, match="past the schedule"):
         s.locate(step, clips)
+    with pytest.raises(ValueError, match=r"--batch-size 8: stage 0 \(epochs 0-2\) needs 128 clips a step and an "
+                                         "epoch has 100"):
+        s.total_steps(100)
+    # a row per stage and shape: 128 + 64 clips fill 200, the next 64 do not: 2 steps an epoch
+    assert s.table(clips)[0] == {"stage": 0, "epochs": "0-2", "lr_stage": 0, "frames": 2, "crop": 56,
+                                 "global_batch": 128, "lr_factor": 8.0, "steps_per_epoch": 2}
     first = s.stages[0].shapes[0]
     assert s.micro_batch(first, world=2, accum=2) == first.global_batch // 4
     with pytest.raises(ValueError, match="does not split"):

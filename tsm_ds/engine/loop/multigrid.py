@@ -231,10 +231,18 @@ class MultigridSchedule:
             k += 1
         return out
 
+    def _steps_per_epoch(self, i: int, epoch_clips: int) -> list[StepShape]:
+        steps = self.epoch_steps(self.stages[i].epoch_start, epoch_clips)
+        if not steps:
+            raise ValueError(f"--batch-size {self.base_batch}: stage {i} (epochs {self.stages[i].epoch_start}-"
+                             f"{self.stages[i].epoch_end}) needs {self.stages[i].shapes[0].global_batch} clips a step "
+                             f"and an epoch has {epoch_clips}: lower the batch or add data")
+        return steps
+
     def total_steps(self, epoch_clips: int) -> int:
         """Optimizer steps of the whole schedule with ``epoch_clips`` clips per epoch (see
-        :meth:`epoch_steps`)."""
-        return sum(s.epochs * len(self.epoch_steps(s.epoch_start, epoch_clips)) for s in self.stages)
+        :meth:`epoch_steps`). Raises ValueError when a stage's epoch does not fill one step."""
+        return sum(s.epochs * len(self._steps_per_epoch(i, epoch_clips)) for i, s in enumerate(self.stages))
 
     def locate(self, step: int, epoch_clips: int) -> StepPosition:
         """The stage, shape and data position of optimizer step ``step`` (0-based; a checkpoint
@@ -247,10 +255,7 @@ class MultigridSchedule:
             raise ValueError(f"step must be >= 0, got {step}")
         done = 0
         for i, s in enumerate(self.stages):
-            steps = self.epoch_steps(s.epoch_start, epoch_clips)
-            if not steps:
-                raise ValueError(f"epoch {s.epoch_start}: {epoch_clips} clips do not fill one optimizer step of "
-                                 f"{s.shapes[0].global_batch} clips (stage {i}); use a smaller --batch-size")
+            steps = self._steps_per_epoch(i, epoch_clips)
             if step < done + s.epochs * len(steps):
                 epoch_off, j = divmod(step - done, len(steps))
                 return StepPosition(step=step, epoch=s.epoch_start + epoch_off, step_in_epoch=j,
