@@ -3,10 +3,16 @@ once per epoch at world 1, 2, 4, DistributedSampler's order, the schedule's shap
 from __future__ import annotations
 
 import pytest
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
+from tsm_ds.data import VideoClipDataset, normalize_batch
+from tsm_ds.data.packed_batch import collate_items
+from tsm_ds.data.records import VideoRecord
+from tsm_ds.data.testvideo import number_frame
+from tsm_ds.data.video import packed as P
 from tsm_ds.engine.loop.multigrid import StepShape, build_schedule
 from tsm_ds.engine.loop.multigrid_sampler import MultigridBatchSampler
+from tsm_ds.models import build_model
 
 KINETICS = dict(frames=8, crop=224, global_batch=64, epochs=50, lr_steps=[20, 40])
 
@@ -157,3 +163,26 @@ def test_sampler_resumes_on_another_world_size_with_the_same_clips_per_step():
     resumed = step_sets(1, 2, skip_steps=2, skip_clips=pos.clips_before)   # world 1, accumulation 2
     assert resumed == full[2:]
     assert [shapes for _, shapes in full[:4]] == [{(8, 56)}, {(8, 80)}, {(8, 112)}, {(8, 56)}]
+
+
+def test_a_dataloader_feeds_the_model_the_schedules_shapes(tmp_path, one_thread):
+    recs = []
+    for v in range(6):
+        P.write_packed(tmp_path / f"v{v}.jpack", [number_frame(i, 160, 128, texture=True, seed=v) for i in range(20)])
+        recs.append(VideoRecord(str(tmp_path / f"v{v}.jpack"), v % 3))
+    ds = VideoClipDataset(recs * 2, mode="train", num_segments=4, img_size=48, seed=0)   # 12 clips
+    s = build_schedule(frames=4, crop=48, global_batch=1, epochs=4, lr_steps=[2], mode="long+short", epoch_factor=1.0)
+    smp = MultigridBatchSampler(len(ds), s, num_replicas=1, rank=0, seed=0)
+    dl = DataLoader(ds, batch_sampler=smp, num_workers=1, collate_fn=collate_items)
+    model = build_model("resnet18", 3, num_segments=4).train()
+    for epoch in (0, s.epochs - 1):
+        smp.set_epoch(epoch)
+        ds.set_epoch(epoch)
+        got = []
+        for b in dl:
+            logits = model(normalize_batch(b["clip"], *ds.normalization))
+            got.append((tuple(b["clip"].shape), tuple(logits.shape)))
+        want = [((sh.global_batch, sh.frames, 3, sh.crop, sh.crop), (sh.global_batch, 3))
+                for sh in s.epoch_steps(epoch, len(ds))]
+        assert got == want and len(got) >= 2
+    assert [g[0][:2] for g in got] == [(4, 4), (2, 4), (1, 4), (4, 4)]   # the short cycle at the base shape: 11 clips

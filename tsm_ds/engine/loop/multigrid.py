@@ -50,7 +50,8 @@ the all-reduce averages over the data-parallel ranks (``1 / dp_world_size``), an
 ``is_gradient_accumulation_boundary`` counts micro-steps. ``train_batch_size()`` is read only for
 bookkeeping: ``global_samples`` (``+= train_batch_size()`` per step, TensorBoard's x-axis, saved in
 checkpoints), the throughput timer, and the lr scheduler's fallback ``step(train_batch_size())``
-(not ours: :class:`~tsm_ds.engine.loop.optim.WarmupStepLR` steps by count). So the design: the
+(not ours: :class:`~tsm_ds.engine.loop.optim.WarmupStepLR` steps by count); ``train_micro_batch_size_per_gpu()``
+only by ``deepspeed_io`` (not ours), random-LTD at set-up and ``set_train_batch_size``. So the design: the
 accumulation and the world size stay fixed, every rank's micro-batch is the base micro-batch x the
 step's batch factor, all micro-batches of one optimizer step have the same size on every rank
 (the sampler makes it so), and the loss stays the mean over the micro-batch: the update is then the
