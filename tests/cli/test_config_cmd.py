@@ -119,8 +119,26 @@ def test_dispatcher_and_shared_training_flags():
 
     ours, train = training(cmd.build_parser()), training(train_parser())
     # what config leaves out (commands.PLAN names the schedule fields it uses): the seed, and the
-    # validation cadence and batch, which change no resolved engine value
-    left_out = {"schedule__seed", "schedule__eval_every", "schedule__eval_max_clips", "schedule__eval_batch_size"}
+    # validation cadence and batch and precise BatchNorm's batches, which change no resolved engine value
+    left_out = {"schedule__seed", "schedule__eval_every", "schedule__eval_max_clips", "schedule__eval_batch_size",
+                "schedule__precise_bn_batches"}
     assert set(train) >= left_out and not set(ours) & left_out
     assert {k: v for k, v in train.items() if k not in left_out} == ours
     assert set(ours) >= {f"schedule__{k}" for k in ("batch_size", "micro_batch_size", "grad_accum", "lr", "lr_steps")}
+
+def test_multigrid_schedule_is_printed_as_the_trainer_builds_it(capsys):
+    """--multigrid long on the Kinetics recipe at 16 ranks: the stage table and the total steps are
+    build_schedule's for the resolved batch, epochs and lr steps; decay_epochs is emptied (the stages'
+    lr factors decay the lr); a recipe without a stepwise lr is refused naming --multigrid."""
+    from tsm_ds.engine.loop.multigrid import build_schedule
+
+    assert cmd.main(["--deepspeed_config", "cpu_fp32", "--world-size", "16", "--train-samples", "240000",
+                     "--batch-size", "128", "--arch", "resnet18", "--multigrid", "long", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    s = build_schedule(frames=8, crop=224, global_batch=128, epochs=50, lr_steps=[20, 40], mode="long")
+    assert out["multigrid"] == {"epochs": 75, "total_steps": s.total_steps(240000), "stages": s.table(240000)}
+    assert out["total_steps"] == s.total_steps(240000) and out["tsm_ds"]["lr_schedule"]["decay_epochs"] == []
+    assert [r["frames"] for r in out["multigrid"]["stages"][:4]] == [2, 4, 4, 8]
+    assert cmd.main(["--deepspeed_config", "cpu_sgd_cosine", "--world-size", "1", "--train-samples", "64",
+                     "--multigrid", "long"]) == 2
+    assert "--multigrid long needs a stepwise lr" in capsys.readouterr().err

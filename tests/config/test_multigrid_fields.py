@@ -40,8 +40,10 @@ def test_values_parse_round_trip_and_feed_the_schedule():
     assert sched.epochs == 50 and len(sched.stages) == 12   # no final stage, epoch factor 1
 
 
-def test_a_schedule_is_refused_until_the_loop_applies_it_and_bad_values_name_the_flag(capsys):
-    for argv, msg in ((["--multigrid", "long"], "--multigrid long: the training loop does not apply"),
+def test_bad_values_name_the_flag(capsys):
+    assert parse(TRAIN, Config, ["--multigrid", "long+short"])[0].schedule.multigrid == "long+short"
+    for argv, msg in ((["--multigrid", "longer"], "--multigrid 'longer': choose one of"),
+                      (["--precise-bn-batches", "-1"], "--precise-bn-batches -1: must be >= 0"),
                       (["--multigrid-min-frames", "0"], "--multigrid-min-frames 0: must be >= 1"),
                       (["--multigrid-epoch-factor", "0"], "--multigrid-epoch-factor 0: must be > 0")):
         with pytest.raises(SystemExit):

@@ -71,6 +71,28 @@ def _schedule(tsm: dict, ds: dict, steps_per_epoch: int, total: int) -> list[str
             + ", ".join(f"{s + 1}: {sch.factor(s):.4g}" for s in sorted(m for m in marks if 0 <= m < total))]
 
 
+def _multigrid(cfg: Config, tsm: dict, *, g: int) -> dict | None:
+    """The multigrid schedule of the planned run (``--multigrid``): ``{"epochs", "total_steps", "stages":
+    [rows of MultigridSchedule.table]}``, or None for ``--multigrid none``; as the trainer
+    (:func:`tsm_ds.engine.loop.build.multigrid_schedule`), ``tsm``'s ``lr_schedule.decay_epochs`` is emptied.
+    Raises ValueError (names the flag)."""
+    sch, plan = cfg.schedule, cfg.plan
+    if sch.multigrid == "none":
+        return None
+    from tsm_ds.engine.loop.multigrid import build_schedule
+
+    ls = tsm.get("lr_schedule") or {}
+    if ls.get("type") != "step":
+        raise ValueError(f"--multigrid {sch.multigrid} needs a stepwise lr (tsm_ds.lr_schedule type \"step\"); "
+                         f"this recipe's is {ls.get('type', 'none')}")
+    s = build_schedule(frames=int(cfg.model.num_segments), crop=int(cfg.data.img_size), global_batch=int(g),
+                       epochs=int(sch.epochs), lr_steps=ls.get("decay_epochs") or (), gamma=float(ls.get("gamma", 0.1)),
+                       even_frames=bool(cfg.model.temporal_pool), **sch.multigrid_options())
+    tsm["lr_schedule"] = {**ls, "decay_epochs": []}   # as the trainer: the stages' lr factors decay the lr
+    epoch_clips = -(-plan.train_samples // plan.world_size) * plan.world_size
+    return {"epochs": s.epochs, "total_steps": s.total_steps(epoch_clips), "stages": s.table(epoch_clips)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """``tsm-ds config``: print the resolved configuration; 0, or 2 with the reason on a bad combination."""
     cfg, _ = parse(COMMAND, Config, argv)
@@ -120,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     groups = apply_group_lrs([g for g in parameter_groups(model, weight_decay=float(params["weight_decay"]),
                                                           head_mults=head)
                               if g["params"]], float(params["lr"]))
-    total = spe * sch.epochs if sch.max_steps is None else min(spe * sch.epochs, sch.max_steps)
+    try:
+        mg = _multigrid(cfg, tsm, g=ds["train_batch_size"])
+    except ValueError as e:
+        print(f"tsm-ds config: {e}", file=sys.stderr)
+        return 2
+    planned = mg["total_steps"] if mg else spe * sch.epochs
+    total = planned if sch.max_steps is None else min(planned, sch.max_steps)
     rows = [{"group": g["name"], "lr_mult": g["lr_mult"], "lr": g["lr"], "weight_decay": g["weight_decay"],
              "parameters": sum(p.numel() for p in g["params"])} for g in groups]
     g, m, a = ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
@@ -131,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"engine_json": str(path), "device": device, "ds_config": ds, "tsm_ds": tsm,
                           "auto_filled": filled, "world_size": plan.world_size, "global_batch": g, "micro_batch": m,
                           "accumulation": a, "train_samples": plan.train_samples, "steps_per_epoch": spe,
-                          "epochs": sch.epochs, "total_steps": total, "param_groups": rows, "timeouts": timeouts},
+                          "epochs": sch.epochs, "total_steps": total, "param_groups": rows, "timeouts": timeouts,
+                          "multigrid": mg},
                          indent=2, default=str))
         return 0
     from tsm_ds.utils.io import markdown_table
@@ -147,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
           + f": {total} optimizer steps")
     for line in _schedule(tsm, ds, spe, total):
         print(line)
+    if mg:
+        print(f"\nmultigrid {sch.multigrid} (docs/multigrid.md): {mg['epochs']} epochs, {mg['total_steps']} optimizer "
+              f"steps; the lr decays by the stages' lr factors (x the warm-up), not by decay_epochs:")
+        print(markdown_table(mg["stages"]), end="")
     print(f"\ntimeouts: ranks join within {timeouts['join_s']:.0f} s (--dist-timeout); collectives "
           f"{timeouts['collective_s']:.0f} s, above the hang watchdog's --step-timeout {dc.step_timeout:.0f} s and "
           f"--startup-timeout {dc.startup_timeout:.0f} s: the watchdog fires first (stacks, exit 6)")

@@ -29,7 +29,7 @@ PLAN = Command(prog="tsm-ds config", description="The engine JSON a training run
                "launching it.", sections=("plan",),
                fields=("engine.deepspeed_config", "model.arch", "model.num_classes", "model.num_segments",
                        "model.shift", "model.shift_div", "model.shift_place", "model.temporal_pool",
-                       "model.dropout", "model.partial_bn", "model.pretrained", "schedule.epochs",
+                       "model.dropout", "model.partial_bn", "model.pretrained", "data.img_size", "schedule.epochs",
                        "schedule.max_steps", "schedule.batch_size", "schedule.micro_batch_size", "schedule.grad_accum",
                        "schedule.lr", "schedule.weight_decay", "schedule.clip_grad", "schedule.warmup_steps",
                        "schedule.warmup_epochs", "schedule.head_lr_mults", "schedule.lr_steps", "schedule.multigrid",

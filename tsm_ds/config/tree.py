@@ -48,14 +48,9 @@ MULTIGRID_CHOICES = ("none", "long", "short", "long+short")
 
 
 def _multigrid_mode(text: str) -> str:
-    """``--multigrid``'s converter: one of :data:`MULTIGRID_CHOICES`; a schedule other than none is refused
-    while the training loop does not apply it (the schedule, its sampler and the items exist:
-    docs/multigrid.md; the loop's switch of shapes, lr and precise BatchNorm does not yet)."""
+    """``--multigrid``'s converter: one of :data:`MULTIGRID_CHOICES`."""
     if text not in MULTIGRID_CHOICES:
         raise ValueError(f"--multigrid {text!r}: choose one of {', '.join(MULTIGRID_CHOICES)}")
-    if text != "none":
-        raise ValueError(f"--multigrid {text}: the training loop does not apply a shape schedule yet (the "
-                         "schedule and its sampler exist, docs/multigrid.md); train with --multigrid none")
     return text
 
 
@@ -211,8 +206,8 @@ class ScheduleConfig:
     multigrid: str = opt("none", "multigrid shape schedule (Wu et al. 2020, PySlowFast's defaults): long: per lr "
                          "stage, clips of T/4, T/2, T/2, T frames at crops S/sqrt2, S/sqrt2, S, S with the global "
                          "batch x8, x4, x2, x1 and the lr x the batch factor; short: crops S/2, S/sqrt2, S step by "
-                         "step at batch x4, x2, x1 (docs/multigrid.md; the training loop does not apply it yet: only "
-                         "none is accepted)", choices=MULTIGRID_CHOICES, parse=_multigrid_mode)
+                         "step at batch x4, x2, x1 (docs/multigrid.md; needs a stepwise lr recipe; BatchNorm over "
+                         "groups of the base micro-batch's clips)", choices=MULTIGRID_CHOICES, parse=_multigrid_mode)
     multigrid_final_stage: bool = opt(True, "train the last lr stage at the base shape (PySlowFast's fine-tuning "
                                       "phase); --no-multigrid-final-stage: the long cycle runs there too",
                                       nargs="bool")
@@ -221,6 +216,9 @@ class ScheduleConfig:
     multigrid_epoch_factor: float = opt(1.5, "a multigrid schedule trains --epochs x this many epochs (PySlowFast's "
                                         "EPOCH_FACTOR: more epochs, fewer optimizer steps)", parse=_positive_float)
     eval_batch_size: int | None = opt(None, "clips per rank per validation batch (default: the micro-batch)")
+    precise_bn_batches: int = opt(200, "with --multigrid: BatchNorm statistics recomputed before each evaluation "
+                                  "over this many training micro-batches at the base shape (PySlowFast's "
+                                  "NUM_BATCHES_PRECISE; 0: off)", parse=_at_least("--precise-bn-batches", 0, int))
 
     def multigrid_options(self) -> dict:
         """The keyword options of :func:`tsm_ds.engine.loop.multigrid.build_schedule` these fields give

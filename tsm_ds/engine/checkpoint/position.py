@@ -39,7 +39,8 @@ def save_position(parts, state, *, epoch: int, micro: int, extra: dict, lrs: dic
     client = {**state.state_dict(), "epoch": epoch, "micro_in_epoch": micro, **extra,
               "bad_videos": parts.bad.state_dict(), "guard": parts.guard.state_dict()}
     rank_state = {"rng": rng_state(), "epoch": epoch, "micro_in_epoch": micro,
-                  "samples_in_epoch": micro * parts.layout.micro, "rank": parts.layout.rank}
+                  "samples_in_epoch": parts.layout.clips_before(epoch, micro) // parts.layout.world,
+                  "rank": parts.layout.rank}
     if parts.compressor is not None:
         rank_state["compressor"] = parts.compressor.state_dict()
     tag = parts.ckpt.save(parts.engine, step=state.step, client_state=client, rank_state=rank_state,

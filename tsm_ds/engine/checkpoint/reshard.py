@@ -296,10 +296,12 @@ def manifest_fields(layout, epoch: int, micro_in_epoch: int) -> dict:
     """The batch layout and data position stored in a checkpoint's ``complete.json``, readable
     before any engine exists (:func:`read_layout`): ``global_batch``, ``micro_batch``,
     ``accumulation``, ``epoch``, ``micro_in_epoch`` (per rank) and ``samples_in_epoch`` (P, all
-    ranks: ``micro_in_epoch x micro x world``), from a :class:`~tsm_ds.engine.loop.state.Layout`."""
+    ranks: ``micro_in_epoch x micro x world``; with a multigrid schedule the clips of the epoch's
+    steps so far, :meth:`~tsm_ds.engine.loop.state.Layout.clips_before`), from a
+    :class:`~tsm_ds.engine.loop.state.Layout`."""
     return {"global_batch": int(layout.global_batch), "micro_batch": int(layout.micro),
             "accumulation": int(layout.accum), "epoch": int(epoch), "micro_in_epoch": int(micro_in_epoch),
-            "samples_in_epoch": int(micro_in_epoch) * int(layout.micro) * int(layout.world)}
+            "samples_in_epoch": int(layout.clips_before(epoch, micro_in_epoch))}
 
 
 def reseed(seed: int, step: int, rank: int) -> int:
@@ -358,11 +360,11 @@ def load(ckpt, engine, tag: str, *, layout, seed: int, compressor=None) -> tuple
     client, _ = ckpt.load(engine, tag, other_world=True)
     consumed = (lay.samples_in_epoch if lay.samples_in_epoch is not None
                 else int(client["micro_in_epoch"]) * lay.micro_batch * lay.world_size)
-    per = layout.micro * layout.world
-    if consumed % per:
-        raise CheckpointResumeError(f"checkpoint {tag_dir} stands {consumed} clips into its epoch, not a whole number "
-                                    f"of micro-batches of {layout.micro} clips on {layout.world} ranks: resume on "
-                                    f"{lay.world_size} ranks")
+    try:
+        micro_here = layout.micro_at(int(client["epoch"]), consumed)
+    except ValueError as e:
+        raise CheckpointResumeError(f"checkpoint {tag_dir} stands {consumed} clips into its epoch: {e}; resume on "
+                                    f"{lay.world_size} ranks") from None
     step = int(client["step"])
     reseed(seed, step, layout.rank)
     if compressor is not None:
@@ -377,5 +379,5 @@ def load(ckpt, engine, tag: str, *, layout, seed: int, compressor=None) -> tuple
                  consumed, layout.world, seed, step,
                  "; 1-bit compressor error feedback restarts at zero" if compressor is not None else "",
                  lay.world_size)
-    return client, {"rng": rng_state(), "epoch": int(client["epoch"]), "micro_in_epoch": consumed // per,
+    return client, {"rng": rng_state(), "epoch": int(client["epoch"]), "micro_in_epoch": micro_here,
                     "rank": layout.rank}

@@ -61,6 +61,9 @@ class EngineParts:
         sampler, loader_gen, loader, val_loader: :func:`tsm_ds.engine.loop.loaders.build_loaders`.
         val_subset: the capped validation subset of intermediate evaluations
             (:func:`tsm_ds.engine.loop.cadence.val_subset`), None without ``--eval-max-clips``.
+        bn_loader: with a multigrid schedule, training micro-batches at the base shape (a plain
+            shuffled loader) whose forward passes recompute BatchNorm's statistics before each
+            evaluation (:func:`tsm_ds.engine.loop.evaluate.precise_bn_stats`); else None.
         ckpt: the checkpoint manager; guard: the divergence guard; bad: the bad-file tracker.
         reduce: ``f([floats]) -> [sums over ranks]``.
         to_device: ``f(clip) -> input``: a batch's uint8 (N, T, 3, H, W) clips moved to ``device``,
@@ -88,6 +91,7 @@ class EngineParts:
     to_device: Callable[[torch.Tensor], torch.Tensor]
     val_subset: ValSubset | None = None
     skip_reduce: bool = False
+    bn_loader: Any = None
 
 
 def make_reduce(world: int, dev: torch.device) -> Callable[[list[float]], list[float]]:
@@ -156,9 +160,17 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         if isinstance(ds_cfg.get(mon), dict) and ds_cfg[mon].get("output_path") == AUTO:
             ds_cfg[mon]["output_path"] = str(Path(s.run_dir) / "tensorboard")
     micro, accum = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
-    total = spe * sch.epochs if sch.max_steps is None else min(spe * sch.epochs, sch.max_steps)
+    schedule = multigrid_schedule(c, model, train_set, ds_cfg, tsm)   # None: one shape
+    epoch_clips = -(-len(train_set) // world) * world
+    planned = schedule.total_steps(epoch_clips) if schedule is not None else spe * sch.epochs
+    total = planned if sch.max_steps is None else min(planned, sch.max_steps)
     layout = Layout(rank=rank, world=world, micro=micro, accum=accum, global_batch=ds_cfg["train_batch_size"],
-                    steps_per_epoch=spe, total_steps=total)
+                    steps_per_epoch=spe, total_steps=total, epochs=schedule.epochs if schedule else sch.epochs,
+                    schedule=schedule, epoch_clips=epoch_clips)
+    if schedule is not None:
+        from tsm_ds.models.large_batch import GhostBatchNorm2d, use_ghost_bn
+        if not any(isinstance(m, GhostBatchNorm2d) for m in model.modules()):
+            use_ghost_bn(model, micro)   # BatchNorm over the base micro-batch's clips at every shape
 
     params = oblock["params"]
     groups = [g for g in param_groups(model, float(params["weight_decay"])) if len(list(g["params"]))]
@@ -187,7 +199,11 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         torch.backends.cudnn.benchmark = True
     sampler, loader_gen, loader, val_loader = build_loaders(
         train_set, val_set, micro=micro, world=world, rank=rank, seed=sch.seed, num_workers=workers,
-        eval_batch_size=sch.eval_batch_size, cuda=cuda)
+        eval_batch_size=sch.eval_batch_size, cuda=cuda, schedule=schedule, accum=accum)
+    bn_loader = None
+    if schedule is not None and sch.precise_bn_batches > 0:   # base-shape batches for precise BatchNorm
+        bn_loader = build_loaders(train_set, None, micro=micro, world=world, rank=rank, seed=sch.seed + 1,
+                                  num_workers=workers, cuda=cuda)[2]
     subset = val_subset(val_set, sch.eval_max_clips, seed=sch.seed, world=world, rank=rank,
                         batch_size=sch.eval_batch_size or micro, num_workers=workers, cuda=cuda)
     ckpt = CheckpointManager(Path(s.run_dir) / "checkpoints", keep_last=c.output.keep_last, rank=rank,
@@ -228,4 +244,38 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     return EngineParts(engine=eng, layout=layout, device=dev, input_dtype=input_dtype, ds_config=ds_cfg, tsm=tsm,
                        group_names=names, compressor=compressor, manual_comm=manual_comm, sampler=sampler,
                        loader_gen=loader_gen, loader=loader, val_loader=val_loader, ckpt=ckpt, guard=guard, bad=bad,
-                       reduce=reduce, to_device=to_device, val_subset=subset, skip_reduce=skip_reduce)
+                       reduce=reduce, to_device=to_device, val_subset=subset, skip_reduce=skip_reduce,
+                       bn_loader=bn_loader)
+
+
+def multigrid_schedule(c, model, train_set, ds_cfg: dict, tsm: dict):
+    """The run's multigrid shape schedule (``--multigrid``; :func:`tsm_ds.engine.loop.multigrid.build_schedule`
+    from the train set's T and crop, the global batch, ``--epochs`` and the recipe's stepwise lr), or
+    None for ``--multigrid none``. The schedule's lr factors then make the lr's decay, so the recipe's
+    ``tsm_ds.lr_schedule.decay_epochs`` is emptied in ``tsm`` (its warm-up stays, in optimizer steps).
+
+    Raises:
+        ConfigError: a schedule with a recipe whose lr is not stepwise (PySlowFast and mmaction2's
+            multigrid need one), or a value the schedule refuses (the message names the flag).
+    """
+    sch = c.schedule
+    if sch.multigrid == "none":
+        return None
+    from tsm_ds.engine.config.recipes import ConfigError
+    from tsm_ds.engine.loop.multigrid import build_schedule
+
+    ls = tsm.get("lr_schedule")
+    if not ls or ls.get("type") != "step":
+        raise ConfigError(f"--multigrid {sch.multigrid} needs a stepwise lr (tsm_ds.lr_schedule type \"step\" with "
+                          f"decay_epochs, as PySlowFast and mmaction2's multigrid); this recipe's is "
+                          f"{(ls or {}).get('type', 'none')}")
+    temporal_pool = bool((getattr(model, "config", None) or {}).get("temporal_pool"))
+    try:
+        schedule = build_schedule(frames=int(train_set.num_segments), crop=int(train_set.img_size),
+                                  global_batch=int(ds_cfg["train_batch_size"]), epochs=int(sch.epochs),
+                                  lr_steps=ls.get("decay_epochs") or (), gamma=float(ls.get("gamma", 0.1)),
+                                  even_frames=temporal_pool, **sch.multigrid_options())
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    tsm["lr_schedule"] = {**ls, "decay_epochs": []}   # the stages' lr factors decay it
+    return schedule

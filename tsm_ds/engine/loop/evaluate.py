@@ -200,6 +200,50 @@ def sync_batchnorm_stats(module: torch.nn.Module) -> int:
     return len(bufs) // 2
 
 
+def precise_bn_stats(module: torch.nn.Module, batches, num_batches: int) -> int:
+    """Recompute every BatchNorm layer's running mean / var as the plain average over ``num_batches``
+    training batches (PySlowFast's precise BN, ``slowfast/utils/bn_helper.py``, after fvcore's
+    ``update_bn_stats``: Wu et al. 2020 evaluate multigrid-trained models with it), in train mode
+    without gradients; the layers' momentum is restored afterwards. torch's cumulative average
+    (``momentum=None``) does the averaging. Layers the model keeps in eval mode in training (partial
+    BN, frozen BatchNorm) are left as they are.
+
+    Args:
+        module: the model; batches: an iterable of its inputs, e.g. base-shape clips (N, T, 3, H, W)
+            on its device; num_batches: how many to use (fewer when ``batches`` ends first).
+
+    Returns:
+        The batches used (0: no BatchNorm layer, or no batch; nothing changed).
+    """
+    was_training = module.training
+    module.train()   # the model's own train(): BatchNorm it keeps frozen (partial BN) stays in eval mode, untouched
+    bns = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+           and m.training and m.track_running_stats and m.running_mean is not None]
+    if not bns or num_batches < 1:
+        module.train(was_training)
+        return 0
+    momenta = [m.momentum for m in bns]
+    saved = [(m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()) for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None   # cumulative average over the batches below
+    used = 0
+    with torch.no_grad():
+        for x in batches:
+            if used >= num_batches:
+                break
+            module(x)
+            used += 1
+    for m, mom, (mean, var, n) in zip(bns, momenta, saved):
+        m.momentum = mom
+        if not used:   # nothing seen: the statistics as they were
+            m.running_mean.copy_(mean)
+            m.running_var.copy_(var)
+            m.num_batches_tracked.copy_(n)
+    module.train(was_training)
+    return used
+
+
 def validate(engine, loader, dataset=None, *, progress=lambda items: items, select=None) -> dict:
     """BatchNorm statistics averaged over ranks, then top-1 / top-5 (%) and the mean loss of
     ``engine`` on ``loader``, each sample counted once over all ranks; {} without a loader.

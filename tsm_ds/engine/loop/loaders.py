@@ -71,6 +71,11 @@ class ResumableDistributedSampler(DistributedSampler):
 
     skip: int = 0
 
+    def resume_at(self, micro_done: int, clips_before: int) -> None:
+        """Start the next iteration after ``clips_before`` clips of the epoch (all ranks together;
+        ``micro_done`` micro-batches per rank, unused here): ``skip = clips_before / num_replicas``."""
+        self.skip = int(clips_before) // self.num_replicas
+
     def __iter__(self):
         if self.drop_last:
             return iter(list(super().__iter__())[self.skip:])
@@ -87,7 +92,7 @@ class ResumableDistributedSampler(DistributedSampler):
 
 
 def build_loaders(train_set, val_set, *, micro: int, world: int, rank: int, seed: int, num_workers: int,
-                  eval_batch_size: int | None = None, cuda: bool = False) -> tuple:
+                  eval_batch_size: int | None = None, cuda: bool = False, schedule=None, accum: int = 1) -> tuple:
     """The trainer's data loaders: ``(sampler, loader_gen, loader, val_loader)``.
 
     Training: :class:`ResumableDistributedSampler` (shuffled per epoch with ``seed``; ``set_epoch``
@@ -97,18 +102,31 @@ def build_loaders(train_set, val_set, *, micro: int, world: int, rank: int, seed
     ``eval_batch_size`` (default ``micro``); the padding of ``DistributedSampler`` is removed by
     :func:`tsm_ds.engine.loop.evaluate.gather_predictions`. ``cuda``: pinned memory, persistent workers,
     prefetch (:func:`tsm_ds.engine.loop.loaders.loader_options`).
+
+    With a multigrid ``schedule`` (:class:`tsm_ds.engine.loop.multigrid.MultigridSchedule`) the training
+    loader's batches come from :class:`~tsm_ds.engine.loop.multigrid_sampler.MultigridBatchSampler`
+    (the same sample order, micro-batches of each step's size and ``(index, T, crop)`` items; ``accum``
+    micro-batches per step), which is then the returned sampler.
     """
     import torch
     from torch.utils.data import DataLoader
 
     from tsm_ds.data.packed_batch import collate_items
 
-    sampler = ResumableDistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=seed,
-                                          drop_last=False)
     loader_gen = torch.Generator()
     opts = loader_options(num_workers, cuda=cuda)
-    loader = DataLoader(train_set, batch_size=micro, sampler=sampler, num_workers=num_workers, drop_last=True,
-                        generator=loader_gen, collate_fn=collate_items, **opts)
+    if schedule is not None:
+        from tsm_ds.engine.loop.multigrid_sampler import MultigridBatchSampler
+
+        sampler = MultigridBatchSampler(len(train_set), schedule, num_replicas=world, rank=rank, accum=accum,
+                                        seed=seed)
+        loader = DataLoader(train_set, batch_sampler=sampler, num_workers=num_workers, generator=loader_gen,
+                            collate_fn=collate_items, **opts)
+    else:
+        sampler = ResumableDistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                                              drop_last=False)
+        loader = DataLoader(train_set, batch_size=micro, sampler=sampler, num_workers=num_workers, drop_last=True,
+                            generator=loader_gen, collate_fn=collate_items, **opts)
     val_loader = None
     if val_set is not None and len(val_set):
         vs = DistributedSampler(val_set, num_replicas=world, rank=rank, shuffle=False)

@@ -77,6 +77,12 @@ class MultigridBatchSampler(Sampler):
         """The epoch whose permutation and stage the next iteration uses."""
         self.epoch = int(epoch)
 
+    def resume_at(self, micro_done: int, clips_before: int) -> None:
+        """Start the next iteration after ``micro_done`` micro-batches per rank (whole optimizer
+        steps: ``skip_steps = micro_done / accum``), ``clips_before`` clips of the epoch over all ranks
+        (``skip_clips``; :meth:`tsm_ds.engine.loop.state.Layout.clips_before`)."""
+        self.skip_steps, self.skip_clips = int(micro_done) // self.accum, int(clips_before)
+
     @property
     def epoch_clips(self) -> int:
         """Positions of the padded epoch order over all ranks: ``ceil(N / W) x W``."""

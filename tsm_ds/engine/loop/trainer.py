@@ -26,7 +26,7 @@ from tsm_ds.engine.guards.divergence import DivergenceError, decide_rollback
 from tsm_ds.engine.guards.preempt import Preempted
 from tsm_ds.engine.loop.build import build_engine
 from tsm_ds.engine.loop.components import default_hooks
-from tsm_ds.engine.loop.evaluate import validate
+from tsm_ds.engine.loop.evaluate import precise_bn_stats, validate
 from tsm_ds.engine.loop.hooks import Hooks
 from tsm_ds.engine.loop.loaders import ResumableDistributedSampler
 from tsm_ds.engine.loop.metrics import StepStats, step_metrics
@@ -77,6 +77,7 @@ class Trainer:
         self.param_groups = param_groups or (lambda m, wd: parameter_groups(m, weight_decay=wd, head_mults=head))
         self.hooks = hooks if hooks is not None else default_hooks(settings)
         self.state, self.parts = RunState(), None
+        self._lr_factor, self._n_micro, self._shape = 1.0, 0, None   # the epoch's (multigrid: its stage's)
 
     def setup(self) -> None:
         """Build the engine and everything around it (:func:`tsm_ds.engine.loop.build.build_engine`)."""
@@ -92,7 +93,8 @@ class Trainer:
     # ------------------------------------------------------------------ position, validation
     def _lrs(self) -> dict[str, float]:
         p = self.parts
-        return {n: lr * self.state.lr_scale for n, lr in zip(p.group_names, p.engine.get_lr())}
+        scale = self.state.lr_scale * self._lr_factor
+        return {n: lr * scale for n, lr in zip(p.group_names, p.engine.get_lr())}
 
     def _img_size(self) -> int | None:
         return next((int(d.img_size) for d in (self.val_set, self.train_set) if getattr(d, "img_size", None)), None)
@@ -170,17 +172,17 @@ class Trainer:
     def _run(self, start_epoch: int, skip_micro: int, start_step: int) -> dict:
         """The epoch loop from a position (epoch, micro-batches done in it)."""
         p, st, lay, eng = self.parts, self.state, self.parts.layout, self.parts.engine
-        if skip_micro >= lay.micro_per_epoch:
+        if skip_micro >= lay.micro_in(start_epoch):
             start_epoch, skip_micro = start_epoch + 1, 0
         params = [q for q in eng.module.parameters() if q.requires_grad]
         val, epoch, micro_i = {}, start_epoch, skip_micro
         self._t_step, acc = time.perf_counter(), StepStats()   # this rank's sums over the step's micro-batches
-        for epoch in range(start_epoch, self.c.schedule.epochs):
+        for epoch in range(start_epoch, lay.epochs):
             if st.step >= lay.total_steps:
                 break
             micro_i = skip_micro if epoch == start_epoch else 0
             it = self._start_epoch(epoch, micro_i)
-            while micro_i < lay.micro_per_epoch and st.step < lay.total_steps:
+            while micro_i < self._n_micro and st.step < lay.total_steps:
                 lrs = self._micro_step(next_timed(it), acc, params)
                 micro_i += 1
                 if lrs is not None:   # an optimizer step was taken
@@ -209,7 +211,8 @@ class Trainer:
         p, lay = self.parts, self.parts.layout
         p.engine.train()  # the model's own train() (partial BN / frozen BN overrides apply)
         p.sampler.set_epoch(epoch)
-        p.sampler.skip = micro_i * lay.micro
+        p.sampler.resume_at(micro_i, lay.clips_before(epoch, micro_i))
+        self._n_micro, self._lr_factor = lay.micro_in(epoch), lay.lr_factor(epoch)
         if hasattr(self.train_set, "set_epoch"):
             self.train_set.set_epoch(epoch)
         p.loader_gen.manual_seed(self.c.schedule.seed * 100_003 + epoch)
@@ -237,11 +240,12 @@ class Trainer:
         if boundary:
             lrs = self._lrs()   # the lrs this update uses (the schedule steps inside)
             p.guard.before_update(acc.loss_sum, acc.clips, params, step=st.step + 1, lrs=lrs)
-            p.guard.scaled_step(st.lr_scale)
+            p.guard.scaled_step(st.lr_scale * self._lr_factor)
             p.guard.after_update(step=st.step + 1, lrs=lrs)
         else:
             eng.step()
         t4 = time.perf_counter()
+        self._shape = tuple(clip.shape[:2]) + tuple(clip.shape[-1:])   # (clips, T, crop) of this micro-batch
         acc.add_batch(logits, label, bad=p.bad.add(batch), data_s=data_s, compute_s=(t2 - t1) + (t4 - t3),
                       comm_s=t3 - t2)
         return lrs
@@ -259,6 +263,10 @@ class Trainer:
                                        eng=eng, world=lay.world, manual_comm=p.manual_comm, guard=p.guard,
                                        compressor=p.compressor)
         self._t_step = now
+        if lay.schedule is not None:   # TensorBoard: the shape, batch and lr factor over time
+            n, t, crop = self._shape
+            st.last_metrics.update({"multigrid/frames": t, "multigrid/crop": crop, "multigrid/lr_factor":
+                                    self._lr_factor, "multigrid/global_batch": n * lay.accum * lay.world})
         self.hooks.on_metrics(st.last_metrics, st.step)
         # the data-loss budget: the tracker's files are the same on every rank after sync
         check_data_loss("train", p.bad.files, len(self.train_set), self.c.data.max_bad_fraction, step=st.step)
@@ -267,13 +275,13 @@ class Trainer:
                              clips_s=f"{st.last_metrics['perf/clips_per_s']:.1f}")
         self.hooks.on_step(st.step, {"metrics": st.last_metrics, "lrs": list(eng.get_lr()), "rank": lay.rank,
                                      "world": lay.world, "epoch": epoch})
-        mid_epoch = micro_i < lay.micro_per_epoch and st.step < lay.total_steps   # (ends: in _epoch_end)
+        mid_epoch = micro_i < self._n_micro and st.step < lay.total_steps   # (ends: in _epoch_end)
         if mid_epoch:
             self._validate(epoch, micro_i, last=False)
-        if mid_epoch and self.hooks.checkpoint_due(st.step, micro_i // lay.accum, lay.steps_per_epoch):
+        if mid_epoch and self.hooks.checkpoint_due(st.step, micro_i // lay.accum, self._n_micro // lay.accum):
             self.save(epoch, micro_i)   # (an epoch's or the run's end saves after validation)
         if stop_now:   # a stop signal (SLURM's time-limit warning) on some rank: save here, stop
-            end = micro_i >= lay.micro_per_epoch
+            end = micro_i >= self._n_micro
             tag = (tag_for_step(st.step) if st.last_saved == st.step
                    else self.save(epoch + 1 if end else epoch, 0 if end else micro_i))
             raise Preempted(st.step, tag, reason or "a stop signal on another rank")
@@ -285,17 +293,17 @@ class Trainer:
         last = st.step >= lay.total_steps
         val = self._validate(epoch, micro_i, last=last)
         self.hooks.on_epoch_end(epoch, st.step)
-        done = micro_i >= lay.micro_per_epoch
-        if last or self.hooks.checkpoint_due(st.step, micro_i // lay.accum if not done else lay.steps_per_epoch,
-                                             lay.steps_per_epoch):
+        done, steps = micro_i >= self._n_micro, self._n_micro // lay.accum
+        if last or self.hooks.checkpoint_due(st.step, micro_i // lay.accum if not done else steps, steps):
             self.save(*((epoch + 1, 0) if done else (epoch, micro_i)))
         return val
 
     def _validate(self, epoch: int, micro_i: int, *, last: bool) -> dict:
         """If due (hooks' cadence; ``last``: always, whole set): validate, log, export the best ({}: not due)."""
         st, lay = self.state, self.parts.layout
-        if not (last or self.hooks.validation_due(st.step, micro_i // lay.accum, lay.steps_per_epoch)):
+        if not (last or self.hooks.validation_due(st.step, micro_i // lay.accum, self._n_micro // lay.accum)):
             return {}
+        self._precise_bn()
         val = self.evaluate(full=last)
         if val:   # the budget over the clips this evaluation covered (the same on every rank)
             check_data_loss("val", val["lost"]["files"], val["lost"]["total"], self.c.data.max_bad_fraction,
@@ -312,6 +320,23 @@ class Trainer:
                 st.best_top1, st.best_tag = val["select_top1"], tag_for_step(st.step)
                 self._export("best_model.pt", {"epoch": epoch, "step": st.step, "val_top1": val["top1"]}, check=False)
         return val
+
+    def _precise_bn(self) -> None:
+        """With a multigrid schedule: BatchNorm statistics recomputed at the base shape before an evaluation
+        (``--precise-bn-batches`` micro-batches; :func:`.evaluate.precise_bn_stats`), its time logged as
+        ``val/precise_bn_s``."""
+        p = self.parts
+        if p.bn_loader is None:
+            return
+        t0 = time.perf_counter()
+        p.bn_loader.sampler.set_epoch(self.state.step)   # other clips each time, the same on every rank
+        used = precise_bn_stats(p.engine.module, (p.to_device(b["clip"]) for b in p.bn_loader),
+                                self.c.schedule.precise_bn_batches)
+        secs = time.perf_counter() - t0
+        if p.layout.rank == 0:
+            log.info("precise BatchNorm at step %d: statistics of %d base-shape micro-batches per rank, %.1f s",
+                     self.state.step, used, secs)
+        self.hooks.on_metrics({"val/precise_bn_s": secs, "val/precise_bn_batches": used}, self.state.step)
 
     def _export(self, name: str, extra: dict, *, check: bool = True) -> None:
         """Check the weights (every rank; DivergenceError), then export the module to ``<run>/<name>`` on rank 0."""
