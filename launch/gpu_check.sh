@@ -19,7 +19,9 @@
 # recipes (every gpu_* recipe but gpu_kinetics_1536 for 20 steps; that one resolved), onebit (the
 # 1-bit compressor, two ranks over gloo with CUDA tensors on one GPU), gpudecode (training clips/s of
 # CPU DataLoader workers vs --decode-device cuda, nvJPEG in batches, and the pixel difference of the
-# two paths; tsm_ds/bench/decode_device.py), fusedlamb (gpu_fp16_lamb: DeepSpeed's FusedLamb,
+# two paths; tsm_ds/bench/decode_device.py), largebatch (launch/gpu_large_batch.sh --smoke: the
+# large-batch study's GPU loop at 512 and 4,096 clips, ghost BatchNorm over 8, bf16, data on the
+# device; ~30 s by its estimate), fusedlamb (gpu_fp16_lamb: DeepSpeed's FusedLamb,
 # JIT-built with nvcc in its own box: the likeliest to run out of time), compile (torch.compile of a
 # small TSM, resnet18 8x112: a cold compile of TSM-R50 8x224 does not fit a box), last.
 # The GPU machine's own stack is its image's python3 with torch 2.11 + CUDA 13.0 (the device tool's
@@ -128,8 +130,8 @@ section() {
 skip() { record "$1" -1 0 0; echo "== $1: skipped ($2)" | tee -a "$LOG"; }
 
 # the time boxes in seconds (section name -> box); a section is killed KILL_AFTER s after its box
-declare -A BOX=([setup]=25 [doctor]=40 [precisions]=25 [recipes]=35 [onebit]=20 [gpudecode]=30 [fusedlamb]=55
-                [compile]=30)
+declare -A BOX=([setup]=25 [doctor]=35 [precisions]=20 [recipes]=30 [onebit]=20 [gpudecode]=20 [largebatch]=35
+                [fusedlamb]=45 [compile]=25)
 KILL_AFTER=5
 DOCTOR=("$PY" -m tsm_ds.cli doctor --no-progress)
 # gpudecode DEVICE SECONDS BOX: CPU workers vs batched decoding on DEVICE (needs clips)
@@ -137,6 +139,11 @@ gpudecode() {
   if [ ${#DATA_FLAG[@]} -eq 0 ]; then skip gpudecode "no clips (--data)"; return; fi
   section gpudecode "$3" "$PY" -c "from tsm_ds.bench.decode_device import run_decode_bench as r; \
 r('$DATA', '$1', '$WORK/gpudecode', seconds=$2, workers=min(8, __import__('os').cpu_count()))"
+}
+# largebatch MODE BOX: launch/gpu_large_batch.sh --smoke (the GPU) or --dry-run (CPU); its summary is the record
+largebatch() {
+  section largebatch "$2" bash -c "PYTHON='$PY' bash '$ROOT/launch/gpu_large_batch.sh' $1 --out '$WORK/largebatch' \
+&& cp '$WORK/largebatch/gpu_large_batch.json' '$WORK/largebatch/doctor.json'"
 }
 if [ "$MODE" = dry ]; then
   skip setup "dry run: this python's packages"
@@ -150,6 +157,7 @@ if [ "$MODE" = dry ]; then
   skip fusedlamb "CUDA only"
   section onebit 120 "${DOCTOR[@]}" --only onebit --quick --out "$WORK/onebit"
   gpudecode cpu 2 15
+  largebatch --dry-run 60
   skip compile "on CPU torch.compile takes minutes"
 else
   section setup "${BOX[setup]}" bash -c "set -e; nvidia-smi -L; \
@@ -166,6 +174,7 @@ else
       --recipe-names gpu_autocast_bf16_onebit,gpu_bf16,gpu_fp16,gpu_fp16_comm_fp16,gpu_kinetics_1536 --out "$WORK/recipes"
   section onebit "${BOX[onebit]}" "${DOCTOR[@]}" --only onebit --out "$WORK/onebit"
   gpudecode cuda 6 "${BOX[gpudecode]}"
+  largebatch --smoke "${BOX[largebatch]}"
   section fusedlamb "${BOX[fusedlamb]}" "${DOCTOR[@]}" --recipes --recipe-steps 20 --recipe-names gpu_fp16_lamb \
       --out "$WORK/fusedlamb"
   section compile "${BOX[compile]}" "${DOCTOR[@]}" --only compute --arch resnet18 --num-segments 8 --img-size 112 \

@@ -71,8 +71,15 @@ def test_gpu_check_dry_run(tmp_path, clips):
     lines = [json.loads(x) for x in (out / "gpu_check.jsonl").read_text().splitlines()]
     status = {x["section"]: x["status"] for x in lines}
     assert status == {"setup": "skipped", "doctor": "ok", "precisions": "skipped", "recipes": "ok",
-                      "fusedlamb": "skipped", "onebit": "ok", "gpudecode": "ok", "compile": "skipped"}
+                      "fusedlamb": "skipped", "onebit": "ok", "gpudecode": "ok", "largebatch": "ok",
+                      "compile": "skipped"}
     doc = {x["section"]: x["doctor"] for x in lines}
+
+    # the large-batch GPU loop at tiny sizes on the CPU: every run of its plan, bf16, ghost BatchNorm
+    lb = doc["largebatch"]
+    assert [r["name"] for r in lb["rows"]] == ["sgd_b8", "sgd_b32", "lars_b32", "lamb_b32"]
+    assert lb["settings"]["bf16"] and lb["settings"]["ghost_bn_clips"] == 8 and lb["device"] == "cpu"
+    assert all(r["status"] == "completed" and r["steps"] == 64 // r["batch"] for r in lb["rows"])
 
     # batched decoding on the CPU (the GPU run: cuda): the same pixels as the workers' path
     g = doc["gpudecode"]

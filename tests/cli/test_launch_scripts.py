@@ -132,6 +132,7 @@ def test_multi_node_without_a_hostfile_says_how_to_give_one():
     ("launch/run_tests.sh", "The test command"),
     ("launch/setup.sh", "Create ./.venv and install tsm_ds"),
     ("launch/gpu_check.sh", "The GPU proof"),
+    ("launch/gpu_large_batch.sh", "The large-batch study on one GPU"),
     ("launch/cluster/install.sh", "Install the system packages of the cluster tests"),
 ])
 def test_every_script_help_prints_its_usage_and_exits_0(script, first_line, tmp_path):
@@ -213,11 +214,14 @@ def test_gpu_check_fits_five_minutes_by_its_boxes():
     table = re.search(r"declare -A BOX=\((.*?)\)\n", text, re.S).group(1)
     boxes = {k: int(v) for k, v in re.findall(r"\[(\w+)\]=(\d+)", table)}
     kill = int(re.search(r"^KILL_AFTER=(\d+)$", text, re.M).group(1))
-    assert set(boxes) == {"setup", "doctor", "precisions", "recipes", "onebit", "gpudecode", "fusedlamb", "compile"}
+    assert set(boxes) == {"setup", "doctor", "precisions", "recipes", "onebit", "gpudecode", "largebatch",
+                          "fusedlamb", "compile"}
+    assert boxes["largebatch"] <= 60                                    # the large-batch smoke (issue 41)
     assert sum(b + kill for b in boxes.values()) <= 300, boxes
     run = text[text.index('  section setup "${BOX[setup]}"'):text.index("\nfi\n", text.index('section setup "${BOX'))]
     used = re.findall(r'section (\w+) "\$\{BOX\[(\w+)\]\}"', run) + [
-        ("gpudecode", m) for m in re.findall(r'gpudecode cuda \d+ "\$\{BOX\[(\w+)\]\}"', run)]
+        ("gpudecode", m) for m in re.findall(r'gpudecode cuda \d+ "\$\{BOX\[(\w+)\]\}"', run)] + [
+        ("largebatch", m) for m in re.findall(r'largebatch --smoke "\$\{BOX\[(\w+)\]\}"', run)]
     assert sorted(a for a, b in used if a == b) == sorted(boxes), used
     assert run.rindex("section compile") > run.rindex("section fusedlamb")   # compile last
     assert "--arch resnet18" in run[run.rindex("section compile"):]         # a small model to compile

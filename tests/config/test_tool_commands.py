@@ -83,19 +83,17 @@ def test_defaults_written_in_the_bottom_layer_equal_the_library():
     assert tools.DEMO_RECIPE == DEFAULT_RECIPE
     # the help of every study value left unset names the full study's default (--quick's micro-batch too)
     full, helps = StudySettings(), {f.name: f.metadata["help"] for f in dataclasses.fields(tools.BenchLargeBatchConfig)}
-    for name in ("batches", "min_steps", "train_per_class", "sgd_lrs", "lars_base_lr", "lamb_base_lr", "seeds",
-                 "warmup_fraction", "parallel", "threads", "headroom"):
+    for name in ("batches", "min_steps", "train_per_class", "sgd_lrs", "lars_lrs", "lamb_lrs", "seeds",
+                 "warmup_epochs", "max_micro_batch", "parallel", "threads", "headroom"):
         value = getattr(full, name)
         shown = ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
         assert f"(default {shown})" in helps[name], name
-    assert f"default {full.micro_batch}; --quick: {QUICK.micro_batch})" in tools.BENCH_LARGE_BATCH.epilog
+    assert f"(default {full.micro_batch}; --quick: {QUICK.micro_batch})" in tools.BENCH_LARGE_BATCH.epilog
     from tsm_ds.data.synthetic import DIFFICULTIES
-    from tsm_ds.experiments.large_batch.grid import estimate_seconds
+    from tsm_ds.experiments.large_batch.grid import estimate_text
 
     assert tools.LARGE_BATCH_DIFFICULTIES == tuple(DIFFICULTIES)
-    est = estimate_seconds(full)      # the estimate the help prints is the library's
-    assert (f"{est['runs']} runs, {est['cpu_s'] / 3600:.1f} h of one core, {est['wall_s'] / 3600:.1f} h on "
-            f"{full.parallel} cores") in tools.LARGE_BATCH_ESTIMATE in tools.BENCH_LARGE_BATCH.epilog
+    assert estimate_text(full) in tools.LARGE_BATCH_ESTIMATE in tools.BENCH_LARGE_BATCH.epilog   # the library's
 
 
 def test_tool_variables_are_in_the_one_table():
@@ -171,13 +169,14 @@ def test_large_batch_runs_are_training_command_lines(tmp_path):
     from tsm_ds.experiments.large_batch.runs import TRAIN_MODULE, train_command
 
     assert EXIT_DIVERGED == 3
-    spec = RunSpec("lars_b8_s1", str(tmp_path / "lars.json"), 8, 1, ("lars",), 0.5)
+    spec = RunSpec("lars_b8_s1", "lars", str(tmp_path / "lars.json"), 8, 1, 0.5, "sweeps")
     data = {"train_list": "/d/train.txt", "val_list": "/d/val.txt", "root": "/d"}
     cmd = train_command(spec, QUICK, data, tmp_path / "runs")
     assert cmd[1:3] == ["-m", TRAIN_MODULE]
     cfg, _ = parse(TRAIN, Config, cmd[3:])
     assert cfg.engine.deepspeed_config == spec.recipe_file and cfg.data.flip is False
-    assert (cfg.schedule.batch_size, cfg.schedule.micro_batch_size, cfg.schedule.seed) == (8, QUICK.micro_batch, 1)
+    assert (cfg.schedule.batch_size, cfg.schedule.micro_batch_size, cfg.schedule.seed) == (8, QUICK.max_micro_batch, 1)
+    assert cfg.model.ghost_bn_clips == QUICK.ghost_bn_clips and cfg.schedule.warmup_epochs == QUICK.warmup_epochs
     assert (cfg.model.arch, cfg.model.num_segments, cfg.data.img_size) == (QUICK.arch, QUICK.num_segments,
                                                                            QUICK.img_size)
     assert cfg.data.cache_decoded is QUICK.cache_decoded and cfg.output.keep_last == 1

@@ -1,10 +1,12 @@
-"""tsm-ds bench large-batch: the grid (batches, accumulation, the lr of every run by its rule), the
-read-back of each run's files, the verdicts, and --quick end to end through tsm_ds.train."""
+"""tsm-ds bench large-batch in the paper's regime: the settings and their regime, the stages and the
+lr every run resolves to, the read-back of each run's files, the pass rule, time to accuracy, the
+report of a study in progress, no absolute path in committed results, and --quick end to end."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -16,41 +18,309 @@ from tsm_ds.experiments.large_batch import (
     QUICK,
     RECIPES,
     StudySettings,
-    aggregate,
-    choose_lr,
-    plan_grid,
-    plan_sweep,
+    pass_rule,
+    plan_stage,
+    portable,
     read_run,
-    verdicts,
     warmup_steps_for,
 )
-from tsm_ds.experiments.large_batch.grid import estimate_seconds, plan_headroom
+from tsm_ds.experiments.large_batch.grid import estimate_seconds, estimate_text, run_seconds
 from tsm_ds.experiments.large_batch.study_report import (
+    binomial_se,
     calibration,
-    projection,
+    choose_lr,
     readme_table,
-    runs_table,
-    target_top1,
     time_to_accuracy,
+    verdict_table,
+    verdicts,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 
-def test_full_study_sizes_follow_the_issue():
+
+def test_full_study_is_the_papers_regime():
     s = StudySettings()
     s.check()
-    assert s.base_batch == s.micro_batch == 8 and s.batches == (8, 64, 512)
-    assert s.train_clips % s.batches[-1] == 0
-    clips = s.epochs * s.train_clips
-    assert clips // s.batches[-1] >= 50 == s.min_steps            # the largest batch: >= 50 optimizer steps
-    assert all(clips % b == 0 for b in s.batches)                  # the same clips at every batch
-    assert 1 <= len(s.sgd_lrs) <= 4 and len(s.seeds) >= 2
-    assert s.val_clips >= 2000 and s.headroom == 4                 # the final evaluation on >= 2,000 clips
-    assert [warmup_steps_for(s, b) for b in s.batches] == [320, 40, 5]   # 10 % of 3,200 / 400 / 50 steps
-    assert warmup_steps_for(s, 8, 4) == 1280
-    # the task: the hard preset's fields, recorded as the generator's arguments
-    assert s.difficulty == "hard"
-    gen = s.generator()
-    assert {k: gen[k] for k in DIFFICULTIES["hard"]} == DIFFICULTIES["hard"]
+    r = s.regime()
+    assert s.batches == (8, 64, 256) and r["ok"] and r["ratio"] == 32
+    assert (r["steps_per_epoch"], r["steps"], s.epochs) == (20, 300, 15)       # 5,120 clips, 15 epochs
+    assert [s.micro_for(b) for b in s.batches] == [8, 64, 64] and [s.ghost_for(b) for b in s.batches] == [None, 8, 8]
+    # warm-up in epochs (Goyal et al.: 5), not a fraction of the run: none at the base batch
+    assert [warmup_steps_for(s, b) for b in s.batches] == [0, 400, 100]
+    assert warmup_steps_for(s, 256, 2) == 100
+    assert all(len(s.lrs(rc)) == 3 for rc in RECIPES)
+    for rc in RECIPES:                                          # a factor 2 apart
+        assert all(math.isclose(b / a, 2.0) for a, b in zip(s.lrs(rc), s.lrs(rc)[1:]))
+    assert s.val_clips == 2000 and s.headroom == 2 and s.seeds == (0, 1)
+    assert {k: s.generator()[k] for k in DIFFICULTIES["hard"]} == DIFFICULTIES["hard"]
+    assert not dataclasses.replace(s, batches=(8, 64, 128)).regime()["ok"]      # 16x: not the regime
+
+
+def test_estimate_fits_the_budget_and_counts_every_run():
+    s = StudySettings()
+    est = estimate_seconds(s)
+    # (a): 3 sweep + 3 grid (256 s0, 8 s1, 256 s1); 6 LARS / LAMB sweep runs; the 2x run; 64
+    assert est["runs"] == 14 and est["train_clips"] == (13 + 2) * s.epochs * s.train_clips
+    assert est["opt_steps"] == (4 * 9600 + 2 * 9600) + 1200 + 8 * 300
+    assert est["wall_s"] <= 6.5 * 3600                          # the issue's budget: ~6 h on the 2-core machine
+    assert est["conditional_runs"] == 4                         # a second seed for (b), (c); 2 isolation runs
+    assert run_seconds(s, 256) < run_seconds(s, 8)              # ghost BatchNorm in micro-batches of 64
+    assert sum(est["per_stage"].values()) == pytest.approx(est["cpu_s"])
+    from tsm_ds.config import tools
+
+    assert estimate_text(s) in tools.BENCH_LARGE_BATCH.epilog     # --help prints the library's estimate
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(batches=(8, 12)), "multiples of the micro-batch"),
+    (dict(batches=(32, 8)), "ascending"),
+    (dict(batches=(8,)), "2 or more"),
+    (dict(train_per_class=100), "multiple of the largest batch"),
+    (dict(sgd_lrs=(0.1, 0.2, 0.3, 0.4, 0.5)), "1 to 4"),
+    (dict(lars_lrs=()), "1 to 4"),
+    (dict(ghost_bn_clips=3), "must divide"),
+    (dict(num_frames=4), "must exceed"),
+    (dict(headroom=1), "headroom"),
+    (dict(eval_max_clips=0), "eval_max_clips"),
+    (dict(eval_every="often"), "--eval-every"),
+])
+def test_bad_settings_are_refused(change, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(StudySettings(), **change).check()
+
+
+def test_stages_and_the_lr_every_run_resolves_to(tmp_path):
+    s = StudySettings()
+    sweep = plan_stage(s, tmp_path, "sgd_sweep", {})
+    assert [(x.name, x.batch, x.role) for x in sweep] == [
+        ("sgd_lr0.0025_b8_s0", 8, "sweep"), ("sgd_lr0.005_b8_s0", 8, "sweep"), ("sgd_lr0.01_b8_s0", 8, "sweep")]
+    assert plan_stage(s, tmp_path, "sgd_grid", {}) == []              # waits for the sweep
+    ch = {"sgd": 0.005, "lars": 8.0, "lamb": 0.01}
+    grid = plan_stage(s, tmp_path, "sgd_grid", ch)
+    assert [x.name for x in grid] == ["sgd_lr0.005_b256_s0", "sgd_lr0.005_b8_s1", "sgd_lr0.005_b256_s1"]
+    sweeps = plan_stage(s, tmp_path, "sweeps", ch)
+    assert [x.name for x in sweeps] == ["lars_lr4_b256_s0", "lars_lr8_b256_s0", "lars_lr16_b256_s0",
+                                        "lamb_lr0.005_b256_s0", "lamb_lr0.01_b256_s0", "lamb_lr0.02_b256_s0"]
+    (head,) = plan_stage(s, tmp_path, "headroom", ch)
+    assert (head.name, head.batch, head.epochs_factor, head.role) == ("sgd_lr0.005_b8_s0_x2", 8, 2, "headroom")
+    assert [x.name for x in plan_stage(s, tmp_path, "middle", ch)] == ["sgd_lr0.005_b64_s0"]
+    assert plan_stage(s, tmp_path, "seeds", ch) == []
+    assert [x.name for x in plan_stage(s, tmp_path, "seeds", ch, passes_on_one=["lamb"])] == ["lamb_lr0.01_b256_s1"]
+    assert plan_stage(s, tmp_path, "isolate", ch) == []
+    iso = plan_stage(s, tmp_path, "isolate", ch, sgd_failed=True)
+    assert [(x.name, x.lr_mult, x.epochs_factor) for x in iso] == [("sgd_lr0.005_b256_s0_halflr", 0.5, 1),
+                                                                   ("sgd_lr0.005_b256_s0_x2", 1.0, 2)]
+    with pytest.raises(ValueError, match="unknown stage"):
+        plan_stage(s, tmp_path, "later", ch)
+    expect = {"sgd": lambda x: x.lr * x.batch / 8, "lars": lambda x: x.lr, "lamb": lambda x: x.lr}
+    for spec in [*sweep, *grid, *sweeps, head]:
+        raw = load_config(spec.recipe_file)
+        flags = {"batch_size": spec.batch, "micro_batch_size": s.micro_for(spec.batch),
+                 "warmup_epochs": s.warmup_epochs_for(spec.batch)}
+        ds, tsm, _, spe = resolve_config(raw, world_size=1, train_samples=s.train_clips,
+                                         epochs=s.epochs * spec.epochs_factor, flags=flags)
+        assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] == spec.batch
+        assert spe == s.train_clips // spec.batch
+        opt = tsm.get("optimizer") or ds["optimizer"]
+        assert opt["params"]["lr"] == pytest.approx(expect[spec.recipe](spec))
+        assert tsm["lr_schedule"]["type"] == "cosine"
+        assert tsm["lr_schedule"]["warmup_steps"] == warmup_steps_for(s, spec.batch)
+    # LAMB at 256 from its swept lr at 256: the square-root rule's factor is 1 there
+    assert load_config(sweeps[3].recipe_file)["tsm_ds"]["lr_scaling"] == {"rule": "sqrt", "base_lr": 0.005,
+                                                                          "base_batch": 256}
+
+
+def test_run_commands_hold_the_regime(tmp_path):
+    from tsm_ds.config import Config, parse
+    from tsm_ds.config.commands import TRAIN
+    from tsm_ds.experiments.large_batch.runs import rule_lr, train_command
+
+    s = StudySettings()
+    data = {"train_list": "data/train.txt", "val_list": "data/val.txt", "root": "data"}
+    ch = {"sgd": 0.005}
+    big = plan_stage(s, tmp_path, "sgd_grid", ch)[0]
+    cfg, _ = parse(TRAIN, Config, train_command(big, s, data, Path("runs"))[3:])
+    assert (cfg.schedule.batch_size, cfg.schedule.micro_batch_size, cfg.model.ghost_bn_clips) == (256, 64, 8)
+    assert (cfg.schedule.warmup_epochs, cfg.schedule.epochs, cfg.schedule.lr) == (5.0, 15, None)
+    assert cfg.data.flip is False and cfg.output.output_dir == "runs"
+    base = plan_stage(s, tmp_path, "sgd_sweep", ch)[0]
+    cfg, _ = parse(TRAIN, Config, train_command(base, s, data, Path("runs"))[3:])
+    assert (cfg.schedule.micro_batch_size, cfg.model.ghost_bn_clips, cfg.schedule.warmup_epochs) == (8, None, 0.0)
+    half = plan_stage(s, tmp_path, "isolate", ch, sgd_failed=True)[0]
+    assert rule_lr(half, s) == pytest.approx(0.16)
+    cfg, _ = parse(TRAIN, Config, train_command(half, s, data, Path("runs"))[3:])
+    assert cfg.schedule.lr == pytest.approx(0.08)
+
+
+def test_portable_leaves_no_path_of_this_machine(tmp_path):
+    import sys
+
+    out = tmp_path / "lb"
+    cmd = [sys.executable, "-m", "tsm_ds.train", "--train-list", f"{out}/data/train.txt", "--output-dir", str(out)]
+    assert portable(cmd, out) == ["python", "-m", "tsm_ds.train", "--train-list", "data/train.txt",
+                                  "--output-dir", "."]
+    assert portable({"a": ("/opt/x/bin/python3.11", 1)}, out) == {"a": ["python", 1]}
+
+
+#: an absolute path of a machine: /work/, /home/, /tmp/, /root/, /Users/, /opt/, /mnt/, /usr/, /var/, /data/
+_ABS = re.compile(r"(?<![\w.~-])/(?:work|home|tmp|root|Users|opt|mnt|usr|var|data|scratch|private)/")
+
+
+def test_committed_results_hold_no_absolute_path():
+    """Results are committed for others to read: no path of the machine they ran on (the 2026-12-02
+    report held 145 log and data paths)."""
+    found = []
+    for p in sorted((REPO / "results").rglob("*")):
+        if p.is_file() and p.suffix in (".json", ".md", ".txt", ".csv", ".jsonl"):
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+                if _ABS.search(line):
+                    found.append(f"{p.relative_to(REPO)}:{n}")
+    assert not found, f"{len(found)} absolute paths, first: {found[:5]}"
+    assert _ABS.search('"log": "/work/main/bench_out/x.log"') and not _ABS.search('"log": "logs/x.log"')
+
+
+def _row(recipe, batch, seed, top1, *, lr=0.005, status="completed", role="grid", factor=1, step=None, hist=()):
+    return {"name": f"{recipe}_lr{lr:g}_b{batch}_s{seed}" + (f"_x{factor}" if factor > 1 else ""),
+            "recipe": recipe, "batch": batch, "global_batch": batch, "seed": seed, "lr_swept": lr, "role": role,
+            "epochs_factor": factor, "lr_mult": 1.0, "status": status, "val_top1": top1, "best_val_top1": top1,
+            "diverged_at": step, "micro_batch": min(batch, 64) if batch > 8 else 8, "accum": max(1, batch // 64),
+            "lr": lr * batch / 8, "warmup_steps": 0 if batch == 8 else 100, "steps": 76800 // batch,
+            "wall_s": 10.0, "history": [{"step": st, "val_top1": v} for st, v in hist]}
+
+
+def test_pass_rule_numbers():
+    """max(1 point, 2 SE), SE of the difference of the means: the seeds' where there are 2, floored by
+    the binomial SE on the 2,000 validation clips."""
+    assert binomial_se(80.0, 2000) == pytest.approx(100 * math.sqrt(0.8 * 0.2 / 2000))    # 0.894 points
+    base = [_row("sgd", 8, 0, 80.0), _row("sgd", 8, 1, 82.0)]
+    # 2 seeds each side: seed SE sqrt(2/2 + 2/2) = 1.414 > binomial sqrt(.81*.19/4000 + .8*.2/4000) = 0.625
+    v = pass_rule(base, [_row("sgd", 256, 0, 79.0), _row("sgd", 256, 1, 81.0)], val_clips=2000, chance=12.5)
+    assert v["diff"] == pytest.approx(-1.0) and v["se_seeds"] == pytest.approx(math.sqrt(2.0))
+    assert v["tolerance"] == pytest.approx(2 * math.sqrt(2.0)) and v["verdict"] == "pass"
+    v = pass_rule(base, [_row("sgd", 256, 0, 77.0), _row("sgd", 256, 1, 77.4)], val_clips=2000, chance=12.5)
+    assert v["se_seeds"] == pytest.approx(math.sqrt(1.0 + 0.08 / 2)) and v["verdict"] == "fail"   # -3.8 < -2.04
+    # one seed at the large batch: its side has no variance; the binomial SE floors the whole SE
+    v = pass_rule(base, [_row("lamb", 256, 0, 79.5)], val_clips=2000, chance=12.5)
+    se_b = math.sqrt(binomial_se(81.0, 4000) ** 2 + binomial_se(79.5, 2000) ** 2)
+    assert v["se_seeds"] == pytest.approx(1.0) and v["se"] == pytest.approx(se_b) == pytest.approx(1.095, abs=1e-3)
+    assert v["tolerance"] == pytest.approx(max(1.0, 2 * max(se_b, 1.0))) and v["verdict"] == "pass"
+    one = [_row("sgd", 8, 0, 80.0)]
+    v = pass_rule(one, [_row("lars", 256, 0, 79.5)], val_clips=20000, chance=12.5)
+    assert v["se_seeds"] is None and v["tolerance"] == 1.0 and v["verdict"] == "pass"      # the 1-point floor
+    v = pass_rule(one, [_row("lars", 256, 0, 78.9)], val_clips=20000, chance=12.5)
+    assert v["verdict"] == "fail"
+    v = pass_rule(base, [_row("sgd", 256, 0, 81.0), _row("sgd", 256, 1, None, status="diverged", step=4)],
+                  val_clips=2000, chance=12.5)
+    assert v["verdict"] == "fail" and v["broken"] == ["seed 1: diverged at step 4"]
+    v = pass_rule(base, [_row("sgd", 256, 0, 14.0)], val_clips=2000, chance=12.5)
+    assert v["verdict"] == "fail" and v["at_chance"] == [0]
+    assert pass_rule(base, [], val_clips=2000, chance=12.5)["verdict"] == "pending"
+
+
+def test_verdicts_calibration_time_to_accuracy_and_tables():
+    rows = [_row("sgd", 8, 0, 84.0, role="sweep", lr=0.0025), _row("sgd", 8, 0, 86.0, role="sweep"),
+            _row("sgd", 8, 0, 85.0, role="sweep", lr=0.01), _row("sgd", 8, 1, 88.0),
+            _row("sgd", 8, 0, 88.5, role="headroom", factor=2),
+            _row("sgd", 256, 0, 85.0, hist=[(100, 50.0), (200, 83.0), (300, 85.0)]),
+            _row("sgd", 256, 1, 86.0, hist=[(300, 86.0)]),
+            _row("lamb", 256, 0, 70.0, lr=0.01, role="sweep"), _row("lamb", 256, 0, 80.0, lr=0.02, role="sweep")]
+    chosen = {"sgd": choose_lr([r for r in rows if r["role"] == "sweep" and r["recipe"] == "sgd"])[0],
+              "lamb": 0.02, "lars": None}
+    assert chosen["sgd"] == 0.005
+    v = verdicts(rows, chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5)
+    assert v["sgd"]["base_mean"] == 87.0 and v["sgd"]["mean"] == 85.5 and v["sgd"]["verdict"] == "pass"
+    assert v["lamb"]["verdict"] == "fail" and v["lars"]["verdict"] == "pending"
+    c = calibration(rows, 0.005, base_batch=8, headroom=2)
+    assert (c["base_mean"], c["longer_top1"], c["gap"], c["solved"], c["converged"], c["passed"]) == (
+        87.0, 88.5, 2.5, False, True, True)
+    target = 0.95 * 87.0
+    assert time_to_accuracy(rows[5], target) == (200, 51200) and time_to_accuracy(rows[6], target) == (300, 76800)
+    table = readme_table(rows, target).splitlines()
+    assert table[0].startswith("| recipe | kind | global batch |") and len(table) == 2 + len(rows)
+    assert "| sgd | grid | 256 | 64 x 4 | 0 | 0.16 | 300 (100) | completed | 85.0 | 85.0 | 200 / 51,200 |" in table
+    assert "| sgd | longer x2 | 8 | 8 x 1 | 0 | 0.005 | 9600 (0) | completed | 88.5 | 88.5 | not reached |" in table
+    vt = verdict_table(v, 256)
+    assert "| (a) SGD, linear rule + 5-epoch warm-up (the paper's) | 0.005 | 85.5 (2 seeds) | 87.0 | -1.5 |" in vt
+
+
+def test_cli_options(tmp_path):
+    from tsm_ds.cli.bench_large_batch import COMMAND, main, settings_from
+    from tsm_ds.config import Config, parse
+
+    def settings(*argv):
+        return settings_from(parse(COMMAND, Config, list(argv))[0])
+
+    s = settings("--quick", "--sgd-lrs", "0.1,0.2", "--seeds", "3", "--no-cache")
+    assert s.batches == QUICK.batches and s.sgd_lrs == (0.1, 0.2) and s.seeds == (3,) and not s.cache_decoded
+    assert s.micro_batch == QUICK.micro_batch and settings("--micro-batch-size", "4").micro_batch == 4
+    s = settings("--lars-lrs", "1,2", "--lamb-lrs", "0.1", "--warmup-epochs", "2", "--max-micro-batch", "32")
+    assert (s.lars_lrs, s.lamb_lrs, s.warmup_epochs, s.max_micro_batch) == ((1.0, 2.0), (0.1,), 2.0, 32)
+    assert settings().cache_decoded and settings("--batches", "8,64").batches == (8, 64)
+    demo = settings("--difficulty", "demo", "--headroom", "0")
+    assert (demo.difficulty, demo.noise, demo.headroom) == ("demo", (0.01, 0.05), 0)
+    assert main(["--recipes", "sgd,adam", "--out-dir", str(tmp_path)]) == 2
+    assert main(["--batches", "8,20", "--out-dir", str(tmp_path)]) == 2
+    assert not any(tmp_path.iterdir())                                  # refused before any work
+
+
+@pytest.mark.slow
+def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
+    """--quick: every stage through tsm_ds.train (a sweep of 2 lrs for (a), 1 for (b) and (c)):
+    batches, accumulation, ghost BatchNorm and the lr of each run read back from its config.json;
+    rows written per run; the report of a study in progress; a second call reuses every row; the
+    published files hold no absolute path."""
+    from tsm_ds.cli.bench_large_batch import main
+
+    out = tmp_path / "lb"
+    assert main(["--quick", "--out-dir", str(out)]) == 0, capsys.readouterr().err
+    rep = json.loads((out / "large_batch.json").read_text())
+    rows = {r["name"]: r for r in rep["rows"]}
+    lr = rep["chosen"]["sgd"]["lr"]
+    assert lr in QUICK.sgd_lrs and rep["chosen"]["lars"]["lr"] == 1.0
+    assert set(rows) == {"sgd_lr0.01_b2_s0", "sgd_lr0.02_b2_s0", f"sgd_lr{lr:g}_b8_s0", "lars_lr1_b8_s0",
+                         "lamb_lr0.01_b8_s0"}
+    for name, r in rows.items():
+        cfg = json.loads((out / "runs" / name / "config.json").read_text())
+        assert cfg["resolved_ds_config"]["train_batch_size"] == r["global_batch"] == r["batch"]
+        assert (r["micro_batch"], r["accum"]) == ((2, 1) if r["batch"] == 2 else (4, 2))
+        assert ("--ghost-bn-clips" in r["cmd"]) is (r["batch"] == 8)
+        assert r["warmup_steps"] == (0 if r["batch"] == 2 else 1)        # half an epoch of 2 steps at 8
+        assert r["cmd"][0] == "python" and r["log"] == f"logs/{name}.log" and (out / r["log"]).is_file()
+        assert (out / "rows" / f"{name}.json").is_file() and not (out / "runs" / name / "checkpoints").exists()
+        if r["recipe"] == "sgd":
+            assert r["lr"] == pytest.approx(r["lr_swept"] * r["batch"] / 2)
+        assert r["status"] == "completed" and r["steps"] == 16 // r["batch"] and r["val_clips"] == 4
+    assert rep["landed"] == rep["planned_total"] == 5 and rep["complete"]
+    assert set(rep["verdicts"]) == {"sgd", "lars", "lamb"} and rep["regime"]["ok"]
+    md = (out / "large_batch.md").read_text()
+    assert "Verdicts at batch 8" in md and (out / "large_batch.png").stat().st_size > 0
+    # a second call reuses every recorded run; --report-only publishes without running anything
+    (out / "rows" / "lamb_lr0.01_b8_s0.json").unlink()             # as if that run had not landed yet
+    assert main(["--quick", "--out-dir", str(out), "--report-only", "--results-dir", str(tmp_path / "res")]) == 0
+    part = json.loads((tmp_path / "res" / "large_batch.json").read_text())
+    assert part["landed"] == 4 and not part["complete"] and "study in progress: 4 of 5 runs" in part["status"]
+    assert part["verdicts"]["lamb"]["verdict"] == "pending"
+    assert len(list((tmp_path / "res" / "rows").glob("*.json"))) == 4
+    text = "".join(p.read_text() for p in (tmp_path / "res").rglob("*.json"))
+    assert str(tmp_path) not in text and "/python" not in text
+
+
+def test_large_batch_guide_shows_the_committed_report():
+    """docs/large-batch.md shows the committed study, number for number: its run table is
+    :func:`readme_table` of ``results/large_batch/large_batch.json``, its verdict table
+    :func:`verdict_table`, and while the study is incomplete the guide and the README say so with
+    the report's own count."""
+    guide = (REPO / "docs" / "large-batch.md").read_text()
+    rep = json.loads((REPO / "results" / "large_batch" / "large_batch.json").read_text())
+    assert rep["version"] == 2 and rep["regime"]["ok"]
+    assert readme_table(rep["rows"], rep["target_top1"]) in guide
+    assert verdict_table(rep["verdicts"], rep["settings"]["batches"][-1]) in guide
+    if not rep["complete"]:
+        status = f"study in progress: {rep['landed']} of {rep['planned_total']} runs"
+        assert status in guide and status in (REPO / "README.md").read_text()
+        assert status in (REPO / "results" / "large_batch" / "README.md").read_text()
+    assert (REPO / "results" / "large_batch" / "history" / "2026-12-02" / "large_batch.json").is_file()
+
 
 
 def test_demo_preset_is_the_generator_default():
@@ -66,75 +336,6 @@ def test_demo_preset_is_the_generator_default():
         difficulty_params("nightmare")
 
 
-def test_estimate_fits_the_budget_and_counts_every_run():
-    s = StudySettings()
-    est = estimate_seconds(s)
-    # sweep 1 + grid 18 - the shared sweep run + the headroom run = 19 runs; 22 runs' worth of clips
-    assert est["runs"] == 19 and est["train_clips"] == 22 * s.epochs * s.train_clips
-    # optimizer steps: 6 batch-8 runs + the 4x one, 4 runs at 64, 8 at 512
-    assert est["opt_steps"] == (6 + 4) * 3200 + 4 * 400 + 8 * 50
-    # the study's budget on 2 cores (docs/large-batch.md: 2.2 h estimated)
-    assert est["wall_s"] <= 2.5 * 3600
-    # intermediate evaluations: 4 per epoch, capped; the last one on the whole set
-    one = estimate_seconds(dataclasses.replace(s, sgd_lrs=(0.01,), headroom=0), ("sgd_fixed",))
-    assert one["eval_clips"] == one["runs"] * (4 * s.epochs - 1) * s.eval_max_clips + one["runs"] * s.val_clips
-
-
-@pytest.mark.parametrize("change, match", [
-    (dict(batches=(8, 12)), "multiples of the micro-batch"),
-    (dict(batches=(32, 8)), "ascending"),
-    (dict(train_per_class=100), "multiple of the largest batch"),
-    (dict(sgd_lrs=(0.1, 0.2, 0.3, 0.4, 0.5)), "1 to 4"),
-    (dict(num_frames=4), "must exceed"),
-    (dict(headroom=1), "headroom"),
-    (dict(eval_max_clips=0), "eval_max_clips"),
-    (dict(eval_every="often"), "--eval-every"),
-])
-def test_bad_settings_are_refused(change, match):
-    import dataclasses
-
-    with pytest.raises(ValueError, match=match):
-        dataclasses.replace(StudySettings(), **change).check()
-
-
-def test_grid_runs_and_the_lr_every_run_resolves_to(tmp_path):
-    s = dataclasses.replace(StudySettings(), sgd_lrs=(0.001, 0.003))   # a sweep of two (default: 0.003 alone)
-    sweep = plan_sweep(s, tmp_path)
-    grid = plan_grid(s, tmp_path, s.sgd_lrs[-1])      # the sweep chose its last lr
-    assert [x.base_lr for x in sweep] == list(s.sgd_lrs) and {x.batch for x in sweep} == {8}
-    names = [x.name for x in grid]
-    assert len(names) == len(set(names)) == 18
-    assert len(set(names) | {x.name for x in sweep}) == 19         # the chosen sweep run is a grid run
-    shared = [x for x in grid if x.recipes == ("sgd_fixed", "sgd_linear")]
-    assert [(x.batch, x.seed) for x in shared] == [(8, 0), (8, 1)]
-    assert {(x.batch, x.seed) for x in grid if x.recipes == ("lars",)} == {(8, 0), (8, 1), (64, 0), (512, 0), (512, 1)}
-    rules = {"none": lambda b: 1.0, "linear": lambda b: b / 8, "sqrt": lambda b: math.sqrt(b / 8)}
-    for spec in grid:
-        raw = load_config(spec.recipe_file)
-        ds, tsm, _, spe = resolve_config(raw, world_size=1, train_samples=s.train_clips, epochs=s.epochs,
-                                         flags={"batch_size": spec.batch, "micro_batch_size": 8,
-                                                "warmup_steps": warmup_steps_for(s, spec.batch)})
-        assert ds["train_micro_batch_size_per_gpu"] == 8 and ds["gradient_accumulation_steps"] == spec.batch // 8
-        assert spe * s.epochs * spec.batch == s.epochs * s.train_clips
-        recipe = RECIPES[spec.recipes[-1]]
-        opt = tsm.get("optimizer") or ds["optimizer"]
-        rule = "none" if spec.batch == 8 else recipe.rule
-        assert opt["params"]["lr"] == pytest.approx(spec.base_lr * rules[rule](spec.batch))
-        assert tsm["lr_schedule"]["type"] == "cosine"
-        # only tsm_ds.lr_scaling differs from the shipped recipe
-        shipped = load_config(recipe.template)
-        for k in set(raw) | set(shipped):
-            if k not in ("_comment", "tsm_ds"):
-                assert raw[k] == shipped[k]
-        assert {k: v for k, v in raw["tsm_ds"].items() if k != "lr_scaling"} == \
-               {k: v for k, v in shipped["tsm_ds"].items() if k != "lr_scaling"}
-    head = plan_headroom(s, tmp_path, s.sgd_lrs[-1])
-    assert (head.batch, head.seed, head.recipes, head.epochs_factor, head.base_lr) == (8, 0, (), 4, s.sgd_lrs[-1])
-    assert head.recipe_file == sweep[1].recipe_file and head.name not in names
-    assert plan_headroom(dataclasses.replace(s, headroom=0), tmp_path, s.sgd_lrs[-1]) is None
-    with pytest.raises(ValueError, match="lr chosen"):
-        plan_grid(s, tmp_path, None)
-    assert {x.recipes for x in plan_grid(s, tmp_path, None, ("lars", "lamb"))} == {("lars",), ("lamb",)}
 
 
 def _write_run(run_dir: Path, result: dict | None, *, batch=32, accum=4, lr=0.04):
@@ -149,6 +350,8 @@ def _write_run(run_dir: Path, result: dict | None, *, batch=32, accum=4, lr=0.04
                          {"name": "base", "lr": lr / 3, "lr_mult": 1.0}]}))
     if result is not None:
         (run_dir / "result.json").write_text(json.dumps(result))
+
+
 
 
 def test_read_run_completed_diverged_and_failed(tmp_path):
@@ -168,207 +371,7 @@ def test_read_run_completed_diverged_and_failed(tmp_path):
     assert read_run(tmp_path / "s")["status"] == "failed"
 
 
-def _row(recipe, batch, seed, top1, status="completed", step=None):
-    return {"name": f"{recipe}_{batch}_{seed}", "recipes": [recipe], "batch": batch, "seed": seed, "status": status,
-            "val_top1": top1, "diverged_at": step, "micro_batch": 8, "accum": batch // 8, "lr": 0.01,
-            "warmup_steps": 1, "steps": 6400 // batch, "wall_s": 10.0}
 
-
-def test_points_and_verdicts():
-    rows = [_row("sgd_linear", 8, 0, 95.0), _row("sgd_linear", 8, 1, 91.0), _row("sgd_linear", 32, 0, 89.5),
-            _row("sgd_linear", 128, 0, 80.0), _row("sgd_linear", 128, 1, 30.0, "diverged", 12),
-            _row("lamb", 8, 0, 90.0), _row("lamb", 8, 1, 90.5), _row("lamb", 32, 0, 89.5),
-            _row("lamb", 128, 0, 89.0), _row("lamb", 128, 1, 88.0),
-            _row("lars", 8, 0, 27.0), _row("lars", 128, 0, 26.0)]
-    pts = aggregate(rows, ["sgd_linear", "lamb", "lars"], [8, 32, 128])
-    p8 = pts[0]
-    assert (p8["batch"], p8["mean_top1"], p8["spread"], p8["val_top1"]) == (8, 93.0, 4.0, [95.0, 91.0])
-    p128 = pts[2]
-    assert p128["val_top1"] == [80.0, None] and p128["diverged"] == ["seed 1: step 12"] and p128["mean_top1"] == 80.0
-    v = verdicts(pts, 8, chance=25.0)
-    # sgd_linear: tolerance = its largest seed spread (4 points): 89.5 >= 93 - 4 holds; 128 has a diverged seed
-    assert v["sgd_linear"]["tolerance"] == 4.0
-    assert (v["sgd_linear"]["holds"], v["sgd_linear"]["breaks"], v["sgd_linear"]["holds_up_to"]) == ([8, 32], [128], 32)
-    assert v["lamb"]["breaks"] == [] and v["lamb"]["tolerance"] == 2.0   # spreads 0.5 / 1.0: the 2-point floor
-    assert not v["lars"]["learned_at_base"] and v["lars"]["holds"] == []
-
-
-def test_a_recipe_with_a_seed_at_chance_at_the_base_batch_did_not_learn_there():
-    """The study's LAMB: batch-8 seeds at 39.1 and 15.3 % (chance 12.5 %), 85.3 % at 64, 79.1 % at 512.
-    Its mean (27.2 %) is 14.7 points above chance, but one seed never left it: no "holds" verdict
-    (it would hold within the 23.9-point spread), and the line gives every batch's mean instead."""
-    from tsm_ds.experiments.large_batch.study_report import verdict_lines
-
-    rows = [_row("lamb", 8, 0, 39.1), _row("lamb", 8, 1, 15.3), _row("lamb", 64, 0, 85.3),
-            _row("lamb", 512, 0, 79.0), _row("lamb", 512, 1, 79.2),
-            _row("lars", 8, 0, 86.0), _row("lars", 8, 1, 85.7), _row("lars", 64, 0, 30.0, "diverged", 29),
-            _row("lars", 512, 0, 30.0, "diverged", 4)]
-    pts = aggregate(rows, ["lamb", "lars"], [8, 64, 512])
-    v = verdicts(pts, 8, chance=12.5)
-    assert not v["lamb"]["learned_at_base"] and v["lamb"]["holds"] == [] and v["lamb"]["breaks"] == [8, 64, 512]
-    assert v["lars"]["learned_at_base"] and (v["lars"]["holds"], v["lars"]["breaks"]) == ([8], [64, 512])
-    lamb, lars = verdict_lines(v, [8, 64, 512], pts)
-    assert lamb == ("- (d) LAMB, square-root rule + warm-up: did not learn at the base batch with every seed "
-                    "(27.2% mean (seeds: 39.1%, 15.3%)): nothing to hold; mean top-1 per batch: 8: 27.2%, "
-                    "64: 85.3%, 512: 79.1%.")
-    assert lars == ("- (c) LARS, linear rule + warm-up: holds up to 8, breaks at 64, 512 "
-                    "(tolerance 2.0 points; base 85.8%).")
-
-
-def test_choose_lr():
-    rows = [{"base_lr": 0.003, "status": "completed", "val_top1": 90.0, "best_val_top1": 90.0},
-            {"base_lr": 0.01, "status": "completed", "val_top1": 94.0, "best_val_top1": 95.0},
-            {"base_lr": 0.03, "status": "diverged", "val_top1": None, "best_val_top1": None}]
-    assert choose_lr(rows)[0] == 0.01
-    rows[0]["val_top1"], rows[0]["best_val_top1"] = 94.0, 95.0          # a tie: the smaller lr
-    assert choose_lr(rows)[0] == 0.003
-    lr, why = choose_lr([dict(r, status="diverged") for r in rows])
-    assert lr == 0.003 and "no sweep run completed" in why
-
-
-def test_cli_options(tmp_path):
-    from tsm_ds.cli.bench_large_batch import COMMAND, main, settings_from
-    from tsm_ds.config import Config, parse
-
-    def settings(*argv):
-        return settings_from(parse(COMMAND, Config, list(argv))[0])
-
-    s = settings("--quick", "--sgd-lrs", "0.1,0.2", "--seeds", "3", "--no-cache")
-    assert s.batches == QUICK.batches and s.sgd_lrs == (0.1, 0.2) and s.seeds == (3,) and not s.cache_decoded
-    assert s.micro_batch == QUICK.micro_batch and settings("--micro-batch-size", "4").micro_batch == 4
-    assert settings("--micro-batch", "4").micro_batch == 4          # the former spelling (a prefix)
-    assert settings().cache_decoded and settings("--batches", "4,16").batches == (4, 16)
-    hard = settings("--difficulty", "demo", "--headroom", "0")
-    assert (hard.difficulty, hard.noise, hard.num_frames, hard.headroom) == ("demo", (0.01, 0.05), 16, 0)
-    assert main(["--recipes", "lars", "--calibrate-only", "--out-dir", str(tmp_path)]) == 2
-    assert main(["--recipes", "sgd_linear,adam", "--out-dir", str(tmp_path)]) == 2
-    assert main(["--batches", "8,20", "--out-dir", str(tmp_path)]) == 2
-    assert not any(tmp_path.iterdir())                                  # refused before any work
-
-
-@pytest.mark.slow
-def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
-    """--quick with (a), (b), and LARS and LAMB at an lr far too large: 7 runs of tsm_ds.train.
-    Checks each run's batch, accumulation and lr as read back from its config.json, the same clips at
-    every batch, LARS held by its clipped trust ratio (every group adapted: its steps are bounded by
-    trust_coeff x |w| whatever the lr), and a diverged run (LAMB, whose BatchNorm and bias groups
-    take the raw lr) reported as a result, not a failure."""
-    from tsm_ds.cli.bench_large_batch import main
-
-    out = tmp_path / "lb"
-    argv = ["--quick", "--recipes", "sgd_fixed,sgd_linear,lars,lamb", "--lars-base-lr", "1e4", "--lamb-base-lr", "1e4"]
-    code = main([*argv, "--out-dir", str(out)])
-    assert code == 0, capsys.readouterr().err
-    rep = json.loads((out / "large_batch.json").read_text())
-    assert rep["sgd_lr"] == QUICK.sgd_lrs[0] and len(rep["sweep"]) == 1
-    rows = {r["name"]: r for r in rep["rows"]}
-    assert set(rows) == {"sgd_lr0.01_b2_s0", "sgd_fixed_b8_s0", "sgd_linear_b8_s0", "lars_b2_s0", "lars_b8_s0",
-                         "lamb_b2_s0", "lamb_b8_s0"}
-    assert rows["sgd_lr0.01_b2_s0"]["recipes"] == ["sgd_fixed", "sgd_linear"]
-    expect_lr = {"sgd_lr0.01_b2_s0": 0.01, "sgd_fixed_b8_s0": 0.01, "sgd_linear_b8_s0": 0.04,
-                 "lars_b2_s0": 1e4, "lars_b8_s0": 4e4, "lamb_b2_s0": 1e4, "lamb_b8_s0": 2e4}
-    for name, r in rows.items():
-        cfg = json.loads((out / "runs" / name / "config.json").read_text())
-        assert cfg["resolved_ds_config"]["train_batch_size"] == r["global_batch"] == r["batch"]
-        assert r["micro_batch"] == 2 and r["accum"] == r["batch"] // 2 and r["world_size"] == 1
-        assert r["lr"] == pytest.approx(expect_lr[name])
-        assert r["planned_steps"] == 16 // r["batch"]
-        assert not (out / "runs" / name / "checkpoints").exists()      # deleted after the run
-        if name.startswith("lamb"):
-            assert r["status"] == "diverged" and r["exit_code"] == 3 and 1 <= r["diverged_at"] <= r["planned_steps"]
-        elif name.startswith("lars"):
-            assert r["status"] == "completed" and r["steps"] == 16 // r["batch"]   # the clipped trust ratio holds
-        else:
-            assert r["status"] == "completed" and r["clips_seen"] == 16 and r["steps"] == 16 // r["batch"]
-            assert r["val_clips"] == 4
-            # --eval-every 0.5: one evaluation mid-epoch on the capped subset (2 clips), the last on all 4
-            assert [(h["step"], h["val_clips"]) for h in r["history"]] == [(r["steps"] // 2, 2), (r["steps"], 4)]
-            assert "--eval-every" in r["cmd"] and "--eval-max-clips" in r["cmd"]
-    md = (out / "large_batch.md").read_text()
-    assert "diverged at" in md and (out / "large_batch.png").stat().st_size > 0
-    assert rep["generator"]["noise"] == list(QUICK.noise) and rep["headroom"] is None
-    assert rep["target_top1"] is not None and "time-to-accuracy" in md and "Projection:" in md
-    assert "Calibration:" in md and rep["calibration"]["gain"] is None
-    # a second call reuses every recorded run, and copies the report into a tracked folder
-    assert main([*argv, "--out-dir", str(out), "--results-dir", str(tmp_path / "results")]) == 0
-    again = json.loads((tmp_path / "results" / "large_batch.json").read_text())
-    assert again["rows"] == rep["rows"] and (tmp_path / "results" / "large_batch.md").is_file()
-
-
-def test_history_time_to_accuracy_calibration_and_projection(tmp_path):
-    hist = [{"epoch": 0, "step": 10, "val_top1": 40.0, "val_top5": 100.0, "val_clips": 500},
-            {"epoch": 0, "step": 20, "val_top1": 70.0, "val_top5": 100.0, "val_clips": 500},
-            {"epoch": 1, "step": 40, "val_top1": 68.0, "val_top5": 100.0, "val_clips": 2000}]
-    _write_run(tmp_path / "a", {"status": "completed", "steps": 40, "val_top1": 68.0, "best_val_top1": 68.0,
-                                "val_clips": 2000, "history": hist})
-    r = read_run(tmp_path / "a")
-    assert [h["step"] for h in r["history"]] == [10, 20, 40] and r["best_val_top1"] == 70.0   # the best evaluation
-    row = {**r, "name": "a", "recipes": ["lamb"], "batch": 32, "seed": 0, "wall_s": 1.0}
-    assert time_to_accuracy(row, 66.5) == (20, 640) and time_to_accuracy(row, 71.0) == (None, None)
-    assert time_to_accuracy({**row, "status": "diverged"}, 10.0) == (None, None)
-    assert "| a | lamb | 32 | 0 | 0.04 | 40 | completed | 68.0 | 70.0 | 20 | 640 |" in runs_table([row], 66.5)
-
-    def run(recipes, batch, seed, final, curve, status="completed", lr=0.01):
-        return {"name": f"{recipes}_{batch}_{seed}", "recipes": list(recipes), "batch": batch, "global_batch": batch,
-                "seed": seed, "status": status, "val_top1": final, "best_val_top1": final, "base_lr": lr,
-                "diverged_at": 3 if status == "diverged" else None, "micro_batch": 8, "accum": batch // 8,
-                "lr": lr, "warmup_steps": 1, "steps": 100, "wall_s": 1.0,
-                "history": [{"step": s_, "val_top1": v} for s_, v in curve]}
-
-    rows = [run(("sgd_fixed", "sgd_linear"), 8, 0, 80.0, [(100, 50.0), (200, 78.0), (400, 80.0)]),
-            run(("lamb",), 8, 0, 70.0, [(400, 70.0)]),
-            run(("lamb",), 512, 0, 77.0, [(4, 60.0), (8, 77.0)]), run(("lamb",), 512, 1, 76.5, [(8, 76.5)]),
-            run(("lars",), 512, 0, 79.0, [(2, 79.0)]), run(("lars",), 512, 1, None, [], "diverged"),
-            run((), 8, 0, 99.0, [(10, 99.0)])]                     # the headroom run sets no target
-    target = target_top1(rows, 8)
-    assert target == pytest.approx(0.95 * 80.0)
-    pts = aggregate(rows, ["sgd_fixed", "lars", "lamb"], [8, 512], target)
-    lamb512 = next(p for p in pts if p["recipe"] == "lamb" and p["batch"] == 512)
-    assert lamb512["clips_to_target"] == [4096, 4096] and lamb512["reached"] == "2/2"
-    proj = projection(pts, 8, 512)
-    # lars: one seed diverged but its completed seed reached the target -> it qualifies with the fewest clips
-    assert proj["recipe"] == "lars" and proj["base_recipe"] == "sgd_fixed" and proj["base_clips"] == 1600
-    assert proj["inflation"] == pytest.approx(1024 / 1600)
-    assert proj["projected_time_s"] == pytest.approx(proj["model_time_s"] * 1024 / 1600)
-    assert proj["paper_time"] == "14 min 13 s" and "paper: 14 min 13 s" in proj["text"]
-    none = projection(aggregate(rows[:2], ["sgd_fixed", "lamb"], [8, 512], target), 8, 512)
-    assert none["recipe"] is None and none["projected_time_s"] is None and "no projection" in none["text"]
-
-    # the guide's table: one line per recipe, batch and seed, outcomes and time to accuracy named
-    table = readme_table(pts).splitlines()
-    assert table[2] == "| sgd_fixed | 8 | 0 | 0.01 | 100 | completed | 80.0 | 80.0 | 200 / 1,600 |"
-    assert "| lars | 512 | 0 | 0.01 | 100 | completed | 79.0 | 79.0 | 2 / 1,024 |" in table
-    assert "| lars | 512 | 1 | 0.01 | 100 | diverged at step 3 | - | - | not reached |" in table
-    assert "| lamb | 8 | 0 | 0.01 | 100 | completed | 70.0 | 70.0 | not reached |" in table
-    assert len(table) == 2 + 6                       # sgd_fixed 8; lars 512 x2; lamb 8, 512 x2 (headroom: none)
-
-    sweep = [dict(rows[0], base_lr=0.01), dict(rows[0], base_lr=0.03, val_top1=50.0, name="x")]
-    c = calibration(sweep, dict(rows[-1], val_top1=86.0), 0.01, factor=4)
-    assert (c["best_sgd_top1"], c["gain"], c["in_range"], c["gained"], c["passed"]) == (80.0, 6.0, True, True, True)
-    c = calibration(sweep, dict(rows[-1], val_top1=83.0), 0.01, factor=4)
-    assert c["gain"] == 3.0 and not c["passed"] and "NO" in c["text"]
-    c = calibration([dict(sweep[0], val_top1=97.0)], None, 0.01, factor=0)
-    assert not c["in_range"] and c["gain"] is None and not c["passed"] and "no headroom run" in c["text"]
-
-
-def test_large_batch_guide_table_is_the_committed_report():
-    """docs/large-batch.md shows the committed study, number for number: its table is
-    :func:`readme_table` of ``results/large_batch/large_batch.json`` and its projection the report's.
-    While no report is committed (the study has not finished), the guide must say so and show no
-    result table."""
-    repo = Path(__file__).resolve().parents[2]
-    guide = (repo / "docs" / "large-batch.md").read_text()
-    committed = repo / "results" / "large_batch" / "large_batch.json"
-    if committed.is_file():
-        rep = json.loads(committed.read_text())
-        assert not rep["calibrate_only"]
-        assert readme_table(rep["points"]) in guide
-        assert rep["projection"]["text"] in guide
-        assert rep["calibration"]["passed"] and "Calibration **passed**" in guide
-    else:
-        assert "**Results**: the study has not finished" in guide
-        assert "| recipe | global batch | seed |" not in guide
-        assert "has not finished" in (repo / "results" / "large_batch" / "README.md").read_text()
 
 
 def test_a_recorded_command_is_reused_under_either_spelling_of_the_same_interpreter(tmp_path):
@@ -392,3 +395,28 @@ def test_a_recorded_command_is_reused_under_either_spelling_of_the_same_interpre
     assert not same_command([str(venv / "python"), *args], [str(venv / "python3"), "-m", "tsm_ds.train", "--seed", "1"])
     assert not same_command(None, [str(venv / "python"), *args])
     assert not same_command([str(venv / "python")], [str(venv / "python"), *args])
+
+
+def test_gpu_grid_fits_ten_minutes_by_its_estimate_and_runs_on_the_cpu(tmp_path, capsys):
+    """launch/gpu_large_batch.sh: batch 4,096 = 32x the base, 300 steps there (20 per epoch), ghost
+    BatchNorm over 8, bf16; its printed estimate fits 600 s on the H100 machine (16 cores), the smoke
+    box of gpu_check.sh 60 s."""
+    from tsm_ds.experiments.large_batch.gpu import SMOKE, GpuSettings, gpu_estimate, gpu_plan, main
+
+    s = dataclasses.replace(GpuSettings(), workers=16)
+    plan = {r["name"]: r for r in gpu_plan(s)}
+    assert list(plan) == ["sgd_b128", "sgd_b4096", "lars_b4096", "lamb_b4096", "sgd_b512"]
+    top = plan["sgd_b4096"]
+    assert top["batch"] == 32 * s.batches[0] and top["steps"] == 300 and s.train_clips // 4096 == 20
+    assert top["warmup_steps"] == 100 and plan["sgd_b128"]["warmup_steps"] == 0
+    assert top["lr"] == pytest.approx(0.005 * 4096 / 8) and s.ghost_bn_clips == 8 and s.bf16
+    assert gpu_estimate(s)["total_s"] <= 600 and gpu_estimate(dataclasses.replace(SMOKE, workers=16))["total_s"] <= 60
+    assert main(out=str(tmp_path / "p"), plan_only=True, workers=16) == 0
+    assert "total 428 s for 5 runs" in capsys.readouterr().out
+    assert main(out=str(tmp_path / "p"), plan_only=True, workers=2) == 2     # 264 s of rendering: over budget
+    from tsm_ds.experiments.large_batch.gpu import _kwargs
+
+    assert _kwargs(["mode=smoke", "workers=16", "plan_only=1"]) == {"mode": "smoke", "workers": 16, "plan_only": True}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        _kwargs(["--smoke"])
+    # the loop itself: --dry-run inside launch/gpu_check.sh --dry-run (tests/cli/test_doctor_cli.py, slow)

@@ -1,16 +1,15 @@
-"""``tsm-ds bench large-batch``: does TSM's accuracy hold as the global batch grows?
-(:mod:`tsm_ds.experiments.large_batch`)
+"""``tsm-ds bench large-batch``: does TSM's accuracy hold as the global batch grows, in the
+paper's regime? (:mod:`tsm_ds.experiments.large_batch`)
 
-Trains TSM on the motion demo data (preset ``hard`` by default) at global batches from the base
-batch up (8 / 64 / 512) with four recipes (SGD without and with the linear rule, LARS, LAMB), every
-run ``python -m tsm_ds.train``; writes ``large_batch.json`` / ``.md`` / ``.png`` into ``--out-dir``
-(and into ``--results-dir``, a tracked folder). Options:
-:data:`tsm_ds.config.tools.BENCH_LARGE_BATCH` (section ``bench_large_batch`` and
-``--micro-batch-size``).
+Trains TSM on the motion demo data (preset ``hard``) at global batches 8 / 64 / 256 with three
+recipes ((a) SGD with the linear rule, (b) LARS, (c) LAMB), stage after stage, every run
+``python -m tsm_ds.train``; writes ``large_batch.json`` / ``.md`` / ``.png`` into ``--out-dir``
+after every stage (and with ``--results-dir`` copies them and ``rows/`` into a tracked folder).
+Options: :data:`tsm_ds.config.tools.BENCH_LARGE_BATCH`.
 
-    tsm-ds bench large-batch --quick --out-dir /tmp/lb     # plumbing only: 45 s on an idle 2-core CPU
-    tsm-ds bench large-batch --calibrate-only --out-dir bench_out/large_batch   # part 1: the task's calibration
-    tsm-ds bench large-batch --out-dir bench_out/large_batch --results-dir results/large_batch   # the study
+    tsm-ds bench large-batch --quick --out-dir /tmp/lb     # plumbing only
+    nohup nice -n 5 tsm-ds bench large-batch --out-dir bench_out/large_batch_v2 &   # the study (resumable)
+    tsm-ds bench large-batch --report-only --out-dir bench_out/large_batch_v2 --results-dir results/large_batch
 """
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ from tsm_ds.experiments.large_batch.grid import QUICK, RECIPES, StudySettings
 COMMAND = BENCH_LARGE_BATCH
 
 #: options of the ``bench_large_batch`` section that replace a :class:`StudySettings` value when given
-_SETTINGS = ("batches", "min_steps", "train_per_class", "sgd_lrs", "lars_base_lr", "lamb_base_lr", "seeds",
-             "warmup_fraction", "parallel", "threads", "headroom")
+_SETTINGS = ("batches", "min_steps", "train_per_class", "sgd_lrs", "lars_lrs", "lamb_lrs", "seeds",
+             "warmup_epochs", "max_micro_batch", "parallel", "threads", "headroom")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +55,8 @@ def settings_from(cfg: Config) -> StudySettings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the study. Returns 0; 1 when a run failed (not diverged: a diverged run is a result);
-    2 for bad options.
+    """Run the study (or, with ``--report-only``, report the runs recorded so far). Returns 0; 1
+    when a run failed (not diverged: a diverged run is a result); 2 for bad options.
 
     Raises:
         SystemExit: bad options (argparse).
@@ -70,24 +69,21 @@ def main(argv: list[str] | None = None) -> int:
         settings.check()
         if not recipes or any(r not in RECIPES for r in recipes):
             raise ValueError(f"--recipes {','.join(recipes)!r}: use a subset of {','.join(RECIPES)}")
-        if b.calibrate_only and not any(r.startswith("sgd_") for r in recipes):
-            raise ValueError("--calibrate-only runs the SGD sweep and the headroom run: keep an SGD recipe")
     except ValueError as e:
         print(f"tsm-ds bench large-batch: {e}", file=sys.stderr)
         return 2
     from tsm_ds.experiments.large_batch.study import run_study
 
     res = run_study(b.out_dir, settings, recipes=recipes, overwrite=b.overwrite,
-                    keep_checkpoints=b.keep_checkpoints, calibrate_only=b.calibrate_only,
+                    keep_checkpoints=b.keep_checkpoints, report_only=b.report_only,
                     results_dir=b.results_dir, record=command_values(COMMAND, cfg),
                     log=lambda s: print(s, flush=True))
     print("\n" + res["markdown"], flush=True)
     print(f"wrote {res['json']}, {res['md']}" + (f", {res['png']}" if res["png"] else "")
           + (f"; copied to {b.results_dir}" if res["published"] else ""), flush=True)
-    failed = [r["name"] for r in res["rows"] + res["sweep"] + ([res["headroom"]] if res["headroom"] else [])
-              if r["status"] == "failed"]
+    failed = sorted(r["name"] for r in res["rows"] if r["status"] == "failed")
     if failed:
-        print(f"tsm-ds bench large-batch: {len(failed)} run(s) failed: {', '.join(sorted(set(failed)))}; "
+        print(f"tsm-ds bench large-batch: {len(failed)} run(s) failed: {', '.join(failed)}; "
               f"see {b.out_dir}/logs/", file=sys.stderr)
         return 1
     return 0

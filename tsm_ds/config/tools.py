@@ -178,12 +178,14 @@ class BenchScaleConfig:
 
 
 #: the study's recipes (:data:`tsm_ds.experiments.large_batch.grid.RECIPES`)
-LARGE_BATCH_RECIPES = ("sgd_fixed", "sgd_linear", "lars", "lamb")
-#: the full study's time, :func:`tsm_ds.experiments.large_batch.grid.estimate_seconds` of the defaults (a test
-#: keeps them equal)
-LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults, per-clip and per-step costs measured in batch-8 runs): "
-                        "19 runs, 4.3 h of one core, 2.2 h on 2 cores (2 runs at a time, one thread each); "
-                        "--calibrate-only (part 1: the sweep, then the 4x headroom run alone) ~1.0 h.")
+LARGE_BATCH_RECIPES = ("sgd", "lars", "lamb")
+#: the full study's time, :func:`tsm_ds.experiments.large_batch.grid.estimate_text` of the defaults (a test
+#: keeps them equal), and the measured costs it rests on (docs/large-batch.md, "Cost")
+LARGE_BATCH_ESTIMATE = ("Estimate of the full study (defaults; per-clip costs measured through the trainer on the "
+                        "2-core machine, resnet18 T=4 32 px, one thread, 2026-12-05: 0.025 s a clip at batch 8, "
+                        "0.0122 s at micro-batch 64 with ghost BatchNorm over 8; ~34 / ~18 min a run at 8 / 256): "
+                        "14 runs, 6.1 h of one core, 6.1 h wall at 1 run(s) at a time; if needed, 4 more runs "
+                        "(second seeds, isolation) 1.5 h. Resumable: a rerun skips the runs recorded in OUT/rows/.")
 #: the motion demo data's difficulty presets (:data:`tsm_ds.data.synthetic.DIFFICULTIES`)
 LARGE_BATCH_DIFFICULTIES = ("demo", "hard")
 
@@ -192,36 +194,39 @@ LARGE_BATCH_DIFFICULTIES = ("demo", "hard")
 class BenchLargeBatchConfig:
     """``tsm-ds bench large-batch`` (:func:`tsm_ds.experiments.large_batch.run_study`). Values left
     unset are those of the full study or of ``--quick``
-    (:class:`tsm_ds.experiments.large_batch.grid.StudySettings`, ``QUICK``); the micro-batch is
+    (:class:`tsm_ds.experiments.large_batch.grid.StudySettings`, ``QUICK``); the base micro-batch is
     ``schedule.micro_batch_size``."""
 
-    out_dir: str = opt("bench_out/large_batch", "output folder", aliases=("--out",))
-    quick: bool = opt(False, "tiny data and runs: checks batches, accumulation and lrs per run, not accuracy")
+    out_dir: str = opt("bench_out/large_batch_v2", "output folder (runs start in it)", aliases=("--out",))
+    quick: bool = opt(False, "tiny data and runs: checks stages, batches, accumulation and lrs, not accuracy")
     recipes: tuple[str, ...] = opt(LARGE_BATCH_RECIPES, "comma-separated subset of the recipes", parse=split_strs)
     batches: tuple[int, ...] | None = opt(None, "comma-separated global batches, ascending, the first is the base "
-                                          "(default 8,64,512)", parse=split_ints)
-    min_steps: int | None = opt(None, "optimizer steps of the largest batch at least (default 50)")
+                                          "(default 8,64,256)", parse=split_ints)
+    min_steps: int | None = opt(None, "optimizer steps of the largest batch at least (default 300)")
     train_per_class: int | None = opt(None, "demo training clips per class (default 640)")
     difficulty: str | None = opt(None, "the demo data's generator preset (its fields replace the study's; "
                                  "default: the study's own fields, preset hard)", choices=LARGE_BATCH_DIFFICULTIES)
-    headroom: int | None = opt(None, "epochs factor of the headroom run (base-batch SGD, chosen lr, first seed: "
-                               "the calibration's 'a longer run still gains'); 0: none (default 4)")
-    sgd_lrs: tuple[float, ...] | None = opt(None, "SGD lrs swept at the base batch, at most 4; chosen "
-                                            "by 0.001,0.003 on the task's first version (default "
-                                            "0.003)", parse=split_floats)
-    lars_base_lr: float | None = opt(None, "LARS lr at the base batch (default 0.5)")
-    lamb_base_lr: float | None = opt(None, "LAMB lr at the base batch (default 0.005)")
-    seeds: tuple[int, ...] | None = opt(None, "training seeds: all at the base and the largest batch, the first "
+    headroom: int | None = opt(None, "epochs factor of the base batch's longer run (is the base near "
+                               "convergence?); 0: none (default 2)")
+    sgd_lrs: tuple[float, ...] | None = opt(None, "(a) SGD lrs swept at the base batch, 1 to 4 (default "
+                                            "0.0025,0.005,0.01)", parse=split_floats)
+    lars_lrs: tuple[float, ...] | None = opt(None, "(b) LARS lrs swept at the largest batch (default 4,8,16)",
+                                             parse=split_floats)
+    lamb_lrs: tuple[float, ...] | None = opt(None, "(c) LAMB lrs swept at the largest batch (default "
+                                             "0.005,0.01,0.02)", parse=split_floats)
+    seeds: tuple[int, ...] | None = opt(None, "training seeds: (a) all at the base and the largest batch, the first "
                                         "elsewhere (default 0,1)", parse=split_ints)
-    warmup_fraction: float | None = opt(None, "linear warm-up, fraction of each run's optimizer steps (default 0.1)")
-    parallel: int | None = opt(None, "runs at a time (default 2)")
+    warmup_epochs: float | None = opt(None, "linear warm-up above the base batch, in epochs (default 5)")
+    max_micro_batch: int | None = opt(None, "micro-batch above the base batch, BatchNorm over --ghost-bn-clips in it "
+                                      "(default 64)")
+    parallel: int | None = opt(None, "runs at a time (default 1)")
     threads: int | None = opt(None, "OMP threads per run (default 1)")
     cache: bool = opt(True, "decode clips per access (no train.py --cache-decoded)", flag="--no-cache")
     overwrite: bool = opt(False, "rerun runs already recorded in OUT/rows/")
     keep_checkpoints: bool = opt(False, "keep every run's checkpoints and models")
-    calibrate_only: bool = opt(False, "the study's first part: the SGD sweep and the headroom run only, whether "
-                               "the task is calibrated (a later call without it reuses them)")
-    results_dir: str | None = opt(None, "also copy large_batch.json/.md/.png into this tracked folder "
+    report_only: bool = opt(False, "run nothing: write (and with --results-dir publish) the report of the runs "
+                            "recorded so far (a study in progress)")
+    results_dir: str | None = opt(None, "also copy large_batch.json/.md/.png and rows/ into this tracked folder "
                                   "(e.g. results/large_batch)")
 
 
@@ -388,15 +393,19 @@ BENCH_SCALE = Command(
 
 BENCH_LARGE_BATCH = Command(
     prog="tsm-ds bench large-batch", sections=("bench_large_batch",), fields=("schedule.micro_batch_size",),
-    description="Trains TSM on the motion demo data (preset 'hard': 8 classes, per-clip size / speed / noise, "
-                "low contrast, distractors) at global\n"
-                "batches 8 / 64 / 512 (world size 1, fixed micro-batch x gradient accumulation, the same clips at\n"
-                "every batch) with four recipes: (a) SGD at the base batch's lr (--sgd-lrs) and no scaling, (b)\n"
-                "SGD with the linear rule and warm-up, (c) LARS, (d) LAMB with its square-root rule; final and best\n"
-                "top-1, time to 95% of the best batch-8 accuracy, outcome; the task's calibration (a 4x longer\n"
-                "batch-8 run) and the 1,536-GPU projection. Every run is ``python -m tsm_ds.train``. Writes\n"
-                "``large_batch.json`` / ``.md`` / ``.png`` into ``--out-dir`` (and ``--results-dir``).",
-    epilog="--micro-batch-size: clips per micro-batch (default 8; --quick: 2). " + LARGE_BATCH_ESTIMATE)
+    description=("The paper's claim in its own regime (Lin, Gan, Han 2019; Goyal et al. 2017): TSM on the motion demo\n"
+                 "data (preset 'hard') at global batches 8 / 64 / 256 (32x; world size 1, micro-batch x accumulation,\n"
+                 "BatchNorm over 8 clips at every batch, ghost BatchNorm in larger micro-batches), 15 epochs = 300\n"
+                 "optimizer steps at 256 (20 per epoch), a 5-epoch warm-up above the base batch, cosine decay.\n"
+                 "Recipes: (a) SGD with the linear rule (the paper's; lr swept at the base batch), (b) LARS and (c)\n"
+                 "LAMB (lrs swept at the largest batch); 3 lrs a factor 2 apart each, 2 seeds for (a) at 8 and 256.\n"
+                 "Verdict per recipe: final top-1 at 256 within max(1 point, 2 SE) of the base's, no seed diverged or\n"
+                 "at chance; time to 95% of the base's top-1 for every run; the base's 2x-longer run (near\n"
+                 "convergence?). Runs one stage after another, each row written when its run ends (a rerun skips\n"
+                 "recorded rows); --report-only reports (and with --results-dir publishes) a study in progress. Every\n"
+                 "run is ``python -m tsm_ds.train``, started in --out-dir."),
+    epilog="--micro-batch-size: clips per micro-batch at the base batch (default 8; --quick: 2). "
+           + LARGE_BATCH_ESTIMATE)
 
 BENCH_ALL = Command(prog="tsm-ds bench all", sections=("bench_all",),
                     description="Every bench but large-batch, each in its own process, then summary.md and the plots.")

@@ -6,15 +6,18 @@ lr scaling rule and warm-up (Goyal et al. 2017); LARS (You, Gitman, Ginsburg 201
 et al. 2020) are the usual alternatives. This study measures it in miniature: the motion demo
 data (time-reversed classes, where only temporal modelling helps), TSM, global batches from the
 base batch up (world size 1, a fixed micro-batch x gradient accumulation), the same clips seen at
-every batch, four recipes, every run through ``tsm_ds.train`` and the DeepSpeed engine.
+every batch, three recipes, every run through ``tsm_ds.train`` and the DeepSpeed engine.
 
-The default study (docs/large-batch.md): the ``hard`` preset of the demo data (8 classes,
-per-clip object size, speed and noise from easy to hard, low contrast, full clutter: batch 8 must
-not solve it perfectly), batches 8 / 64 / 512 with 25,600 clips per run (50 steps at 512), 2,000
-validation clips, evaluations every quarter epoch (time to 95 % of the best batch-8 accuracy), a
-4x longer batch-8 run (the task's calibration) and the scaling
-model's 1,536-GPU projection; estimated 2.2 h on the 2-core machine (:func:`.grid.estimate_seconds`).
-The previous study (easy data, batches 8 / 32 / 128) saturated at 100 %.
+The default study (docs/large-batch.md) runs the paper's regime: the ``hard`` preset of the demo
+data (8 classes, per-clip object size, speed and noise from easy to hard, low contrast, full
+clutter: the base batch must not solve it), global batches 8 / 64 / 256 (32x), 15 epochs of 5,120
+clips (300 optimizer steps at 256, 20 per epoch), BatchNorm over 8 clips at every batch, a 5-epoch
+warm-up above the base batch, three recipes ((a) SGD with the linear rule, the paper's; (b) LARS;
+(c) LAMB), each lr chosen by a sweep of 3 values a factor 2 apart, the pass rule of
+:mod:`.study_report`, time to accuracy for every run, and the base's 2x-longer run (is the base near
+convergence?). Estimated in :func:`.grid.estimate_seconds` (``tsm-ds bench large-batch --help``).
+The previous study (50 steps at 512, warm-up a fraction of each run) is kept under
+``results/large_batch/history/``.
 
 Modules: :mod:`.grid` (settings, recipes, runs), :mod:`.runs` (one run's command, process and
 read-back), :mod:`.study_report` (points, verdicts, tables, plot), :mod:`.study` (:func:`run_study`).
@@ -22,22 +25,11 @@ The command line is :mod:`tsm_ds.cli.bench_large_batch`.
 """
 from __future__ import annotations
 
-from .grid import (
-                   QUICK,
-                   RECIPES,
-                   Recipe,
-                   RunSpec,
-                   StudySettings,
-                   estimate_seconds,
-                   plan_grid,
-                   plan_headroom,
-                   plan_sweep,
-                   warmup_steps_for,
-)
-from .runs import read_run, train_command
-from .study import PILOT_TOP1, choose_lr, publish, run_study
-from .study_report import aggregate, verdicts
+from .grid import QUICK, RECIPES, STAGES, Recipe, RunSpec, StudySettings, estimate_seconds, plan_stage, warmup_steps_for
+from .runs import portable, read_run, train_command
+from .study import publish, run_study, write_report
+from .study_report import choose_lr, pass_rule, verdicts
 
-__all__ = ["QUICK", "RECIPES", "Recipe", "RunSpec", "StudySettings", "plan_grid", "plan_sweep", "plan_headroom",
-           "warmup_steps_for", "estimate_seconds", "aggregate", "verdicts", "read_run", "train_command", "PILOT_TOP1",
-           "choose_lr", "run_study", "publish"]
+__all__ = ["QUICK", "RECIPES", "STAGES", "Recipe", "RunSpec", "StudySettings", "plan_stage", "warmup_steps_for",
+           "estimate_seconds", "pass_rule", "verdicts", "read_run", "train_command", "portable", "choose_lr",
+           "run_study", "write_report", "publish"]

@@ -23,9 +23,9 @@ from typing import Any, Mapping, Sequence
 
 from tsm_ds.engine.guards.divergence import EXIT_DIVERGED
 
-from .grid import RunSpec, StudySettings, warmup_steps_for
+from .grid import RunSpec, StudySettings
 
-__all__ = ["TRAIN_MODULE", "train_command", "run_env", "read_run", "run_one", "same_command"]
+__all__ = ["TRAIN_MODULE", "train_command", "rule_lr", "portable", "run_env", "read_run", "run_one", "same_command"]
 
 #: the training command every run executes (``python -m tsm_ds.train``)
 TRAIN_MODULE = "tsm_ds.train"
@@ -36,9 +36,11 @@ def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any
     (``make_demo_dataset``'s result); its run folder is ``run_root / spec.name``. The arguments are
     written by :func:`tsm_ds.config.to_argv` from the training command
     (:data:`tsm_ds.config.commands.TRAIN`): horizontal flip off (the classes are directions), the
-    global batch as micro-batch x accumulation at world size 1, ``spec.epochs_factor`` x the study's
-    epochs, the study's validation cadence (``--eval-every``, ``--eval-max-clips``; the last
-    evaluation scores the whole validation set), one checkpoint kept."""
+    global batch as micro-batch x accumulation at world size 1 (:meth:`StudySettings.micro_for`),
+    ghost BatchNorm over ``ghost_bn_clips`` inside a larger micro-batch, ``spec.epochs_factor`` x
+    the study's epochs, ``--warmup-epochs`` (:meth:`StudySettings.warmup_epochs_for`), ``--lr`` only
+    for an isolation run with ``lr_mult`` != 1 (the rule's lr times it), the study's validation
+    cadence (the last evaluation scores the whole validation set), one checkpoint kept."""
     from tsm_ds.config import Config, to_argv
     from tsm_ds.config.commands import TRAIN
 
@@ -49,25 +51,45 @@ def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any
         "data.classes": str(Path(data["root"]) / "classes.txt"), "data.flip": False,
         "model.arch": s.arch, "model.num_segments": s.num_segments, "data.img_size": s.img_size,
         "model.shift": "bidirectional", "model.shift_div": s.shift_div, "model.dropout": s.dropout,
+        "model.ghost_bn_clips": s.ghost_for(spec.batch),
         "schedule.epochs": s.epochs * spec.epochs_factor, "schedule.batch_size": spec.batch,
-        "schedule.micro_batch_size": s.micro_batch,
-        "schedule.warmup_steps": warmup_steps_for(s, spec.batch, spec.epochs_factor), "schedule.seed": spec.seed,
+        "schedule.micro_batch_size": s.micro_for(spec.batch),
+        "schedule.warmup_epochs": s.warmup_epochs_for(spec.batch), "schedule.seed": spec.seed,
         "schedule.eval_every": s.eval_every, "schedule.eval_max_clips": s.eval_max_clips,
         "data.num_workers": s.num_workers, "output.keep_last": 1,
         "output.output_dir": str(run_root), "output.run_name": spec.name, "logging.progress": False,
         "data.cache_decoded": bool(s.cache_decoded)}
+    if spec.lr_mult != 1.0:
+        values["schedule.lr"] = rule_lr(spec, settings) * spec.lr_mult
     return [sys.executable, "-m", TRAIN_MODULE, *to_argv(TRAIN, Config, values, only_changed=False)]
 
 
-def run_env(settings: StudySettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def rule_lr(spec: RunSpec, settings: StudySettings) -> float:
+    """The lr the recipe's rule gives run ``spec`` at its batch
+    (:func:`tsm_ds.engine.config.resolve.scaled_lr` from ``spec.lr`` at the batch the recipe is tuned at)."""
+    from tsm_ds.engine.config.resolve import scaled_lr
+
+    from .grid import RECIPES
+
+    r = RECIPES[spec.recipe]
+    at = settings.base_batch if r.tuned_at == "base" else settings.largest
+    return scaled_lr(r.rule, spec.lr, at, spec.batch)
+
+
+def run_env(settings: StudySettings, base: Mapping[str, str] | None = None,
+            ops_dir: Path | None = None) -> dict[str, str]:
     """The runs' environment: :func:`tsm_ds.experiments.demo.child_env` (CPU accelerator without a
     GPU, this checkout on PYTHONPATH) with ``OMP_NUM_THREADS`` = ``settings.threads``: on a busy
     2-core machine one thread per run trained ~5x faster than two (OpenMP threads spinning on
-    cores other processes hold)."""
+    cores other processes hold). ``ops_dir``: DeepSpeed's op cache (``TORCH_EXTENSIONS_DIR``) of
+    the study's own, unless the environment sets one: on 2026-12-05 another command line built the
+    same op into the shared node-local cache between runs, and every run rebuilt it (~60-75 s)."""
     from tsm_ds.experiments.demo import child_env
 
     env = child_env(base)
     env["OMP_NUM_THREADS"] = str(settings.threads)
+    if ops_dir is not None:
+        env.setdefault("TORCH_EXTENSIONS_DIR", str(ops_dir))
     return env
 
 
@@ -132,7 +154,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     try:
         res = json.loads((run_dir / "result.json").read_text())
     except (OSError, ValueError):
-        return {**out, "status": "failed", "reason": f"no result.json in {run_dir}"}
+        return {**out, "status": "failed", "reason": f"no result.json in runs/{run_dir.name}"}
     status = res.get("status")
     if status == "completed":
         hist = [{"step": int(h["step"]), "val_top1": float(h["val_top1"]), "val_clips": h.get("val_clips")}
@@ -157,40 +179,74 @@ def _tail(path: Path, n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
-def run_one(spec: RunSpec, cmd: list[str], run_root: Path, log_dir: Path, env: Mapping[str, str], *,
-            keep_checkpoints: bool = False) -> dict[str, Any]:
-    """Run one training process to its end; return its row.
+def portable(value: Any, out: Path | str | None = None) -> Any:
+    """``value`` (a command, a row, a report: lists, tuples and dicts of strings, recursively) with
+    no path of this machine: the Python interpreter (``sys.executable``, or any absolute path ending
+    in ``/python`` or ``/python3[.x]``) becomes ``python``, and ``out`` + "/" is cut from the strings
+    (paths become relative to the study's folder, where its runs are started), ``out`` itself
+    becomes ".". The committed results hold this form (a test refuses absolute paths there)."""
+    import re
 
-    The row: ``name``, ``recipes``, ``batch``, ``seed``, ``base_lr`` (the recipe's lr at the base
-    batch), ``exit_code``, ``wall_s`` (the whole process: start-up, decoding, training, validation,
-    checkpoints), ``log``, ``cmd`` and :func:`read_run`'s fields. A diverged run is a row with
+    prefix = None if out is None else str(Path(out).resolve())
+    interp = re.compile(r"^/\S*/python(3(\.\d+)?)?$")
+
+    def one(v: Any) -> Any:
+        if isinstance(v, str):
+            if v == sys.executable or interp.match(v):
+                return "python"
+            if prefix:
+                if v == prefix:
+                    return "."
+                v = v.replace(prefix + "/", "").replace(prefix, ".")
+            return v
+        if isinstance(v, dict):
+            return {k: one(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [one(x) for x in v]
+        return v
+
+    return one(value)
+
+
+def run_one(spec: RunSpec, cmd: list[str], out: Path, env: Mapping[str, str], *,
+            keep_checkpoints: bool = False) -> dict[str, Any]:
+    """Run one training process to its end in the study's folder ``out`` (its working directory:
+    ``cmd``'s paths are relative to it); return its row.
+
+    The row: ``name``, ``recipe``, ``stage``, ``role``, ``batch``, ``seed``, ``lr_swept`` (the
+    recipe's swept lr), ``epochs_factor``, ``lr_mult``, ``exit_code``, ``wall_s`` (the whole
+    process: start-up, decoding, training, validation, checkpoints), ``log`` (relative to ``out``),
+    ``cmd`` (:func:`portable`) and :func:`read_run`'s fields. A diverged run is a row with
     ``status`` "diverged" and ``diverged_at``; a failed one has ``status`` "failed" and the log's
     last lines in ``reason``. Checkpoints and exported models are deleted afterwards unless
-    ``keep_checkpoints`` (the study needs only config.json, result.json and the TensorBoard events).
+    ``keep_checkpoints`` (the study needs only config.json and result.json).
 
     Raises:
         OSError: the process could not be started or the log not written.
     """
-    run_dir = run_root / spec.name
+    out = Path(out).resolve()
+    run_dir = out / "runs" / spec.name
     if run_dir.exists():
         shutil.rmtree(run_dir)          # a partial earlier attempt must not be read back as this run
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{spec.name}.log"
+    log_path = out / "logs" / f"{spec.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(log_path, "w") as logf:
-        logf.write("$ " + " ".join(cmd) + "\n")
+        logf.write("$ " + " ".join(portable(cmd, out)) + "\n")
         logf.flush()
-        code = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=dict(env), check=False).returncode
+        code = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=dict(env), cwd=str(out),
+                              check=False).returncode
     wall = time.perf_counter() - t0
-    row = {"name": spec.name, "recipes": list(spec.recipes), "batch": spec.batch, "seed": spec.seed,
-           "base_lr": spec.base_lr, "exit_code": code, "wall_s": round(wall, 1), "log": str(log_path),
-           **read_run(run_dir), "cmd": cmd}
+    row = {"name": spec.name, "recipe": spec.recipe, "stage": spec.stage, "role": spec.role, "batch": spec.batch,
+           "seed": spec.seed, "lr_swept": spec.lr, "epochs_factor": spec.epochs_factor, "lr_mult": spec.lr_mult,
+           "exit_code": code, "wall_s": round(wall, 1), "log": f"logs/{spec.name}.log",
+           **read_run(run_dir), "cmd": portable(cmd, out)}
     if row["status"] == "completed" and code != 0:
-        row.update(status="failed", reason=f"exit status {code} after result.json; see {log_path}")
+        row.update(status="failed", reason=f"exit status {code} after result.json; see {row['log']}")
     if row["status"] == "diverged" and code != EXIT_DIVERGED:
         row["reason"] = f"{row['reason']} (exit status {code})"
     if row["status"] == "failed":
-        row["reason"] = f"exit status {code}: {row.get('reason') or ''} {_tail(log_path)}".strip()
+        row["reason"] = portable(f"exit status {code}: {row.get('reason') or ''} {_tail(log_path)}".strip(), out)
     if not keep_checkpoints:
         for p in (run_dir / "checkpoints", run_dir / "best_model.pt", run_dir / "last_model.pt"):
             if p.is_dir():

@@ -1,7 +1,10 @@
-"""The study from end to end: data, the base-batch SGD lr sweep, the grid, the report.
+"""The study from end to end: data, the stages of runs (:data:`.grid.STAGES`), the report.
 
-Finished runs are kept as ``<out>/rows/<run>.json``; a second call with the same settings reuses
-every run whose command is unchanged (a long study that was stopped goes on where it was).
+Finished runs are kept as ``<out>/rows/<run>.json`` as soon as each ends; a second call with the
+same settings reuses every run whose command is unchanged (a study stopped part-way goes on where
+it was; a run cut off part-way starts again from its step 0). The report is built from the rows
+recorded so far (:func:`write_report`), so a study in progress can be reported and published
+(``--report-only``) while it runs, and says how many of its runs have landed.
 """
 from __future__ import annotations
 
@@ -12,56 +15,68 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .grid import RECIPES, RunSpec, StudySettings, estimate_seconds, plan_grid, plan_headroom, plan_sweep
-from .runs import read_run, run_env, run_one, same_command, train_command
+from .grid import RECIPES, STAGES, RunSpec, StudySettings, estimate_seconds, estimate_text, plan_stage
+from .runs import portable, read_run, run_env, run_one, same_command, train_command
 from .study_report import (
-    aggregate,
+    TARGET_FRACTION,
     calibration,
+    choose_lr,
     plot_study,
-    points_table,
-    projection,
     readme_table,
-    runs_table,
     sweep_table,
-    target_top1,
-    verdict_lines,
+    verdict_table,
     verdicts,
 )
 
-__all__ = ["PILOT_TOP1", "choose_lr", "run_study", "publish"]
-
-#: the pilot's bar: (b) at the base batch must reach this val top-1 (%) for the grid to mean anything
-#: (the calibration range's floor: a task may be calibrated and still be hard)
-PILOT_TOP1 = 60.0
+__all__ = ["run_study", "write_report", "publish", "recorded_rows", "chosen_lrs", "plan_all"]
 
 
-def choose_lr(sweep_rows: Sequence[dict]) -> tuple[float, str]:
-    """The SGD lr for (a) / (b): the highest last-epoch val top-1 among completed sweep runs (ties:
-    the higher best-epoch top-1, then the smaller lr). Returns (lr, why). With no completed run:
-    the smallest lr tried, and why says so.
+def recorded_rows(out: Path) -> list[dict]:
+    """Every row recorded in ``<out>/rows/`` (completed, diverged or failed), by name."""
+    rows = []
+    for p in sorted((Path(out) / "rows").glob("*.json")):
+        try:
+            rows.append(json.loads(p.read_text()))
+        except ValueError:
+            continue
+    return rows
 
-    Raises:
-        ValueError: no sweep rows.
-    """
-    if not sweep_rows:
-        raise ValueError("choose_lr: no sweep runs")
-    done = [r for r in sweep_rows if r["status"] == "completed" and r["val_top1"] is not None]
-    if not done:
-        lr = min(r["base_lr"] for r in sweep_rows)
-        return lr, f"no sweep run completed; the smallest lr {lr:g} is used"
-    best = max(done, key=lambda r: (r["val_top1"], r["best_val_top1"] or 0.0, -r["base_lr"]))
-    return best["base_lr"], (f"highest val top-1 at the base batch ({best['val_top1']:.1f}%) of "
-                             f"{len(sweep_rows)} lrs tried")
+
+def chosen_lrs(rows: Sequence[dict], settings: StudySettings, recipes: Sequence[str]) -> dict[str, Any]:
+    """The lr each recipe's sweep chose from ``rows`` (None while its sweep is incomplete):
+    {recipe: {"lr", "why", "done" (runs of the sweep recorded), "of" (its size)}}."""
+    out = {}
+    for rc in recipes:
+        at = settings.base_batch if RECIPES[rc].tuned_at == "base" else settings.largest
+        lrs = settings.lrs(rc)
+        sweep = [r for r in rows if r.get("recipe") == rc and r["batch"] == at and r["seed"] == settings.seeds[0]
+                 and r.get("role") == "sweep" and any(abs(float(r["lr_swept"]) - x) < 1e-12 for x in lrs)]
+        lr, why = choose_lr(sweep) if len(sweep) == len(lrs) else (None, f"sweep {len(sweep)} of {len(lrs)} runs")
+        out[rc] = {"lr": lr, "why": why, "done": len(sweep), "of": len(lrs)}
+    return out
+
+
+def plan_all(settings: StudySettings, out: Path, rows: Sequence[dict], recipes: Sequence[str]) -> list[RunSpec]:
+    """Every run the study plans given ``rows`` (the unconditional stages with the lrs chosen so
+    far, and the conditional ones whose condition holds), in stage order."""
+    ch = {k: v["lr"] for k, v in chosen_lrs(rows, settings, recipes).items()}
+    v = verdicts(rows, ch, base_batch=settings.base_batch, largest=settings.largest, val_clips=settings.val_clips,
+                 chance=100.0 / len(settings.classes), recipes=recipes)
+    one = [rc for rc in ("lars", "lamb") if rc in v and v[rc]["verdict"] == "pass" and len(v[rc]["seeds"]) == 1]
+    failed = "sgd" in v and v["sgd"]["verdict"] == "fail"
+    specs: list[RunSpec] = []
+    for st in STAGES:
+        specs += plan_stage(settings, out, st, ch, recipes, passes_on_one=one, sgd_failed=failed)
+    return specs
 
 
 def _runner(settings: StudySettings, data: Mapping[str, Any], out: Path, env: Mapping[str, str], *,
             overwrite: bool, keep_checkpoints: bool, log: Callable[[str], Any]) -> Callable[[Sequence[RunSpec]], list]:
     from tsm_ds.utils.io import atomic_write_text
 
-    rows_dir, run_root, log_dir = out / "rows", out / "runs", out / "logs"
-    counter = {"done": 0}
+    rows_dir, run_root = out / "rows", Path("runs")
 
-    def one(spec: RunSpec, total: int) -> dict:
+    def one(spec: RunSpec) -> dict:
         cmd = train_command(spec, settings, data, run_root)
         cached = rows_dir / f"{spec.name}.json"
         if not overwrite and cached.is_file():
@@ -69,159 +84,168 @@ def _runner(settings: StudySettings, data: Mapping[str, Any], out: Path, env: Ma
                 row = json.loads(cached.read_text())
             except ValueError:
                 row = None
-            if row and same_command(row.get("cmd"), cmd) and row.get("status") in ("completed", "diverged"):
-                if (run_root / spec.name / "config.json").is_file():
-                    row.update(read_run(run_root / spec.name))   # read back again: the files are the truth
-                counter["done"] += 1
-                log(f"[{counter['done']}/{total}] {spec.name}: recorded in {cached}")
+            if row and same_command(row.get("cmd"), portable(cmd, out)) and row.get("status") in ("completed",
+                                                                                                  "diverged"):
+                if (out / "runs" / spec.name / "config.json").is_file():
+                    row.update(read_run(out / "runs" / spec.name))   # read back again: the files are the truth
                 return row
-        row = run_one(spec, cmd, run_root, log_dir, env, keep_checkpoints=keep_checkpoints)
+        log(f"{spec.name}: starting ({spec.stage}, batch {spec.batch}, seed {spec.seed})")
+        row = run_one(spec, cmd, out, env, keep_checkpoints=keep_checkpoints)
         atomic_write_text(cached, json.dumps(row, indent=2) + "\n")
-        counter["done"] += 1
         top1 = f"val top-1 {row['val_top1']:.1f}%" if row["val_top1"] is not None else row["status"]
         extra = f" at step {row['diverged_at']}" if row["status"] == "diverged" else ""
-        log(f"[{counter['done']}/{total}] {spec.name}: {top1}{extra} ({row['steps']} steps of {row['global_batch']} "
-            f"clips = {row['micro_batch']} x {row['accum']}, lr {row['lr']}, {row['wall_s']:.0f} s)")
+        log(f"{spec.name}: {top1}{extra} ({row['steps']} steps of {row['global_batch']} clips = "
+            f"{row['micro_batch']} x {row['accum']}, lr {row['lr']}, {row['wall_s']:.0f} s)")
         return row
 
     def run_many(specs: Sequence[RunSpec]) -> list[dict]:
-        counter["done"] = 0
         with ThreadPoolExecutor(max_workers=settings.parallel) as pool:
-            return list(pool.map(lambda s: one(s, len(specs)), specs))
+            return list(pool.map(one, specs))
 
     return run_many
 
 
 def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
               recipes: Sequence[str] = tuple(RECIPES), overwrite: bool = False, keep_checkpoints: bool = False,
-              calibrate_only: bool = False, results_dir: str | Path | None = None,
+              report_only: bool = False, results_dir: str | Path | None = None,
               record: Mapping[str, Any] | None = None, log: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Generate the demo data, sweep the SGD lr at the base batch, run the headroom run and the
-    grid, write the report.
+    """Generate the demo data, run the stages in order (each stage planned from the rows recorded
+    so far: the sweeps choose the lrs of the later stages), write the report after every stage.
 
     Args:
         out: output folder: ``data/``, ``recipes/`` (the engine JSONs), ``runs/``, ``logs/``,
-            ``rows/``, ``large_batch.json`` / ``.md`` / ``.png``.
+            ``rows/``, ``large_batch.json`` / ``.md`` / ``.png``. Runs start in it (their commands'
+            paths are relative to it).
         settings: the study's size and values (:class:`StudySettings`; ``QUICK`` for ``--quick``).
         recipes: subset of :data:`RECIPES`.
         overwrite: rerun runs already recorded in ``rows/``.
         keep_checkpoints: keep every run's checkpoints and exported models (deleted otherwise).
-        calibrate_only: run the SGD sweep and the headroom run only (the task's calibration, the
-            study's first part: ~1.0 h of the 2.2 h, the headroom run alone after the sweep), report
-            them, stop; a later call without it reuses both.
-        results_dir: also copy ``large_batch.json`` / ``.md`` / ``.png`` there (a tracked folder,
-            e.g. ``results/large_batch``; see :func:`publish`); None: only ``out``.
+        report_only: run nothing: the report of the rows recorded so far (a study in progress).
+        results_dir: also copy the report there (:func:`publish`); None: only ``out``.
         record: stored as ``args`` in the JSON (the command line).
         log: progress lines.
 
     Returns:
-        {"settings", "generator", "data", "sweep" (rows), "sgd_lr", "sgd_lr_why", "headroom" (row
-        or None), "rows" (every grid run), "target_top1", "points", "verdicts", "pilot",
-        "calibration", "projection", "estimate", "json", "md", "png", "published", "total_wall_s",
-        "markdown"}.
+        :func:`write_report`'s payload with "json", "md", "png", "markdown", "published".
 
     Raises:
-        ValueError: bad settings or recipe names; calibrate_only without an SGD recipe.
+        ValueError: bad settings or recipe names.
         tsm_ds.engine.config.recipes.ConfigError: a template recipe is not shipped.
     """
     from tsm_ds.data.synthetic import make_demo_dataset
-    from tsm_ds.utils.io import atomic_write_text, machine_info
 
     settings.check()
     bad = [r for r in recipes if r not in RECIPES]
     if bad or not recipes:
         raise ValueError(f"recipes {list(recipes)}: use a non-empty subset of {', '.join(RECIPES)}")
     recipes = [r for r in RECIPES if r in recipes]
-    sgd = tuple(r for r in recipes if r.startswith("sgd_"))
-    if calibrate_only and not sgd:
-        raise ValueError("calibrate_only: the calibration is the SGD sweep and headroom run; keep an SGD recipe")
     out = Path(out).resolve()
     t0 = time.perf_counter()
     s = settings
-    gen = s.generator()
-    est = estimate_seconds(s, tuple(recipes))
-    data = make_demo_dataset(out / "data", **gen, workers=s.parallel)
+    data = make_demo_dataset(out / "data", **s.generator(), workers=max(1, s.parallel))
+    rel = {k: (portable(v, out) if k != "classes" else v) for k, v in data.items()}
+    log(f"data: {rel['root']} (difficulty {s.difficulty!r}: {s.train_clips} training clips, {s.val_clips} "
+        f"validation; {time.perf_counter() - t0:.0f} s); {s.regime()['text']}; every run {s.epochs} epochs; "
+        f"estimate: {estimate_text(s, recipes)}")
+    if not report_only:
+        env = run_env(s, ops_dir=out / "torch_extensions")
+        run_many = _runner(s, rel, out, env, overwrite=overwrite, keep_checkpoints=keep_checkpoints, log=log)
+        for stage in STAGES:
+            specs = [x for x in plan_all(s, out, recorded_rows(out), recipes) if x.stage == stage]
+            if specs:
+                log(f"stage {stage}: {len(specs)} run(s): {', '.join(x.name for x in specs)}")
+                run_many(specs)
+                write_report(out, s, recipes, data=rel, record=record, t0=t0)
+    res = write_report(out, s, recipes, data=rel, record=record, t0=t0)
+    res["published"] = publish(out, results_dir) if results_dir else []
+    return res
+
+
+def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, data: Mapping[str, Any],
+                 record: Mapping[str, Any] | None = None, t0: float | None = None) -> dict[str, Any]:
+    """Write ``large_batch.json`` / ``.md`` / ``.png`` into ``out`` from the rows recorded so far
+    (a partial study reports what has landed and says so). Every string is :func:`portable`.
+
+    Returns:
+        {"settings", "regime", "generator", "recipes", "data", "chance_top1", "chosen" (per recipe:
+        lr, why), "base_top1", "target_top1", "verdicts", "calibration", "rows" (every recorded
+        run of this study's plan), "planned" (run names planned now), "landed", "planned_total",
+        "complete", "estimate", "run_wall_sum_s", "args", "machine", "json", "md", "png", "markdown"}.
+    """
+    from tsm_ds.utils.io import atomic_write_text, machine_info
+
+    s, out = settings, Path(out)
+    all_rows = recorded_rows(out)
+    planned = plan_all(s, out, all_rows, recipes)
+    names = {p.name for p in planned}
+    rows = [r for r in all_rows if r["name"] in names]
+    est = estimate_seconds(s, recipes)
+    total = est["runs"] + len([p for p in planned if p.stage in ("seeds", "isolate")])
     chance = 100.0 / len(s.classes)
-    log(f"data: {data['root']} (difficulty {s.difficulty!r}: {s.train_clips} training clips, {s.val_clips} "
-        f"validation; {time.perf_counter() - t0:.0f} s); every run: {s.epochs} epochs = {s.epochs * s.train_clips} "
-        f"clips, batches {list(s.batches)} (micro-batch {s.micro_batch}), largest batch "
-        f"{s.epochs * s.train_clips // s.batches[-1]} steps; estimate for the whole study: {est['runs']} runs, "
-        f"{est['cpu_s'] / 3600:.1f} h of one core, {est['wall_s'] / 3600:.1f} h at {s.parallel} at a time")
-    run_many = _runner(s, data, out, run_env(s), overwrite=overwrite, keep_checkpoints=keep_checkpoints, log=log)
-
-    # first the SGD sweep and the recipes that do not depend on its outcome, in one pool
-    other = tuple(r for r in recipes if r not in sgd)
-    sweep_specs = plan_sweep(s, out) if sgd else []
-    if sgd:
-        log(f"SGD lr sweep at batch {s.base_batch}: {', '.join(f'{x:g}' for x in s.sgd_lrs)}")
-    first = run_many(sweep_specs + (plan_grid(s, out, None, other) if other and not calibrate_only else []))
-    sweep, rows = first[:len(sweep_specs)], first[len(sweep_specs):]
-    sgd_lr, why, headroom = None, "no SGD recipe in the study", None
-    if sgd:
-        sgd_lr, why = choose_lr(sweep)
-        log(f"SGD lr {sgd_lr:g}: {why}")
-        head = plan_headroom(s, out, sgd_lr)
-        grid = [] if calibrate_only else plan_grid(s, out, sgd_lr, sgd)
-        done = run_many(([head] if head else []) + grid)     # the longest run first; the chosen sweep run is reused
-        headroom = done[0] if head else None
-        rows = done[1 if head else 0:] + rows
-    calib = calibration(sweep, headroom, sgd_lr, factor=s.headroom)
-    log(f"calibration: {calib['text']}")
-
-    target = target_top1(rows if not calibrate_only else sweep, s.base_batch)
-    points = aggregate(rows, recipes, s.batches, target)
-    v = verdicts(points, s.base_batch, chance)
-    proj = projection(points, s.base_batch, s.batches[-1])
-    base_b = next((p for p in points if p["recipe"] == "sgd_linear" and p["batch"] == s.base_batch), None)
-    pilot = {"criterion": f"(b) at batch {s.base_batch} reaches {PILOT_TOP1:.0f}% val top-1",
-             "top1": base_b["mean_top1"] if base_b else None,
-             "passed": bool(base_b and base_b["mean_top1"] is not None and base_b["mean_top1"] >= PILOT_TOP1)}
-    total = round(time.perf_counter() - t0, 1)
-    unique = {r["name"]: r for r in [*sweep, *rows, *([headroom] if headroom else [])]}
-    run_sum = round(sum(float(r["wall_s"]) for r in unique.values()), 1)
+    ch = chosen_lrs(rows, s, recipes)
+    lrs = {k: v["lr"] for k, v in ch.items()}
+    v = verdicts(rows, lrs, base_batch=s.base_batch, largest=s.largest, val_clips=s.val_clips, chance=chance,
+                 recipes=recipes)
+    base_top1 = v["sgd"]["base_mean"] if "sgd" in v else None
+    target = None if base_top1 is None else TARGET_FRACTION * base_top1
+    calib = calibration(rows, lrs.get("sgd"), base_batch=s.base_batch, headroom=s.headroom)
+    landed = len(rows)
+    complete = landed >= total and all(d["verdict"] != "pending" for d in v.values())
+    status = ("complete" if complete else f"**study in progress: {landed} of {total} runs**")
     title = (f"TSM {s.arch} T={s.num_segments} {s.img_size}px, motion demo data ({s.difficulty}), "
-             f"{s.epochs * s.train_clips} clips per run, micro-batch {s.micro_batch}")
-    png = plot_study(points, out / "large_batch.png", chance=chance, title=title)
-    lr_rule = "; ".join(f"{r}: {RECIPES[r].template} rule {RECIPES[r].rule}" for r in recipes)
-    gen_text = ", ".join(f"{k} {list(v_) if isinstance(v_, tuple) else v_}" for k, v_ in gen.items())
+             f"{s.epochs} epochs = {s.epochs * s.train_clips} clips per run")
+    png = plot_study(rows, out / "large_batch.png", chance=chance, title=title)
+    sweeps = []
+    for rc in recipes:
+        at = s.base_batch if RECIPES[rc].tuned_at == "base" else s.largest
+        sweeps += [f"{RECIPES[rc].label}: {ch[rc]['why']}.", "", sweep_table(rows, rc, at, ch[rc]["lr"])]
+    run_sum = round(sum(float(r.get("wall_s") or 0) for r in rows), 1)
     tgt = "-" if target is None else f"{target:.1f}%"
     md = "\n".join([
-        "# tsm-ds bench large-batch" + (" (calibration only)" if calibrate_only else ""), "",
-        title + f"; world size 1; chance {chance:.0f}%.", "",
-        f"Data: difficulty {s.difficulty!r}, generator fields: {gen_text}; {s.val_clips} validation clips (every "
-        f"run's last evaluation scores them all; evaluations every {s.eval_every} epoch(s) in between score "
-        f"{s.eval_max_clips or 'all'} of them).", "",
-        f"SGD lr sweep at batch {s.base_batch} ({len(sweep)} runs, counted below): {why}.", "",
-        sweep_table(sweep, sgd_lr) if sweep else "(no sweep)\n",
-        f"Calibration: {calib['text']} ({'passed' if calib['passed'] else 'NOT passed'}).", "",
-        "Final val top-1 against the global batch (only the documented rules change the lr: "
-        f"{lr_rule}; warm-up {s.warmup_fraction:.0%} of each run's steps, cosine decay); time-to-accuracy "
-        f"target {tgt} (95% of the best batch-{s.base_batch} final top-1):", "",
-        points_table(points), *verdict_lines(v, s.batches, points), "",
-        "Per recipe, global batch and seed (docs/large-batch.md):", "", readme_table(points),
-        f"Projection: {proj['text']}", "",
-        "Every run:", "", runs_table(list(unique.values()), target),
-        f"Pilot: {pilot['criterion']}: {'-' if pilot['top1'] is None else format(pilot['top1'], '.1f') + '%'} "
-        f"({'passed' if pilot['passed'] else 'NOT passed'}).",
-        f"{len(unique)} runs, {s.parallel} at a time with {s.threads} thread(s) each: {run_sum:.0f} s of run "
-        f"wall time in all (runs reused from rows/ included); this invocation {total:.0f} s; estimated beforehand "
-        f"for the whole study: {est['wall_s']:.0f} s.", ""])
-    payload = {"name": "large_batch", "settings": asdict(s), "generator": gen, "recipes": recipes, "data": data,
-               "chance_top1": chance, "calibrate_only": calibrate_only, "sweep": sweep, "sgd_lr": sgd_lr,
-               "sgd_lr_why": why, "headroom": headroom, "calibration": calib, "target_top1": target,
-               "points": points, "verdicts": v, "projection": proj, "pilot": pilot, "rows": rows,
-               "estimate": est, "total_wall_s": total, "run_wall_sum_s": run_sum, "args": dict(record or {}),
-               "machine": machine_info()}
+        "# tsm-ds bench large-batch", "", f"{title}; world size 1; chance {chance:.1f}%. Status: {status}.", "",
+        f"Regime: {s.regime()['text']}. Warm-up {s.warmup_epochs:g} epochs above the base batch "
+        f"(`--warmup-epochs`), none at it; cosine decay.", "",
+        f"Data: {s.train_clips} training and {s.val_clips} validation clips (every run's last evaluation scores "
+        f"them all; evaluations every {s.eval_every} epoch before it score {s.eval_max_clips or 'all'}).", "",
+        "Sweeps:", "", *sweeps,
+        f"Calibration: {calib['text']}.", "",
+        f"Verdicts at batch {s.largest} (pass: within max(1 point, 2 SE) of the base, no seed diverged or at "
+        f"chance):", "", verdict_table(v, s.largest),
+        f"Every run (time-to-accuracy target {tgt}, {TARGET_FRACTION:.0%} of the base's final top-1):", "",
+        readme_table(rows, target),
+        f"{landed} of {total} planned runs recorded; {run_sum:.0f} s of run wall time; estimate for the whole "
+        f"study: {estimate_text(s, recipes)}.", ""])
+    payload = portable({
+        "name": "large_batch", "version": 2, "settings": asdict(s), "regime": s.regime(), "generator": s.generator(),
+        "recipes": list(recipes), "data": dict(data), "chance_top1": chance, "chosen": ch, "base_top1": base_top1,
+        "target_top1": target, "verdicts": v, "calibration": calib, "rows": rows,
+        "planned": [p.name for p in planned], "landed": landed, "planned_total": total, "complete": complete,
+        "status": status.replace("*", ""), "estimate": est, "run_wall_sum_s": run_sum,
+        "report_s": None if t0 is None else round(time.perf_counter() - t0, 1), "args": _args(record),
+        "machine": machine_info()}, out)
     json_path = atomic_write_text(out / "large_batch.json", json.dumps(payload, indent=2, default=str) + "\n")
     md_path = atomic_write_text(out / "large_batch.md", md)
-    published = publish(out, results_dir) if results_dir else []
-    return {**payload, "json": json_path, "md": md_path, "png": png, "markdown": md, "published": published}
+    return {**payload, "json": json_path, "md": md_path, "png": png, "markdown": md}
+
+
+def _args(record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The command line's values with its folders relative to the working folder (an absolute
+    folder elsewhere is recorded by its name only: no path of this machine in the report)."""
+    import os
+
+    out = {}
+    for k, v in dict(record or {}).items():
+        if isinstance(v, str) and os.path.isabs(v):
+            rel = os.path.relpath(v)
+            v = rel if not rel.startswith("..") else f"<elsewhere>/{Path(v).name}"
+        out[k] = v
+    return out
 
 
 def publish(out: str | Path, results_dir: str | Path) -> list[Path]:
-    """Copy ``large_batch.json`` / ``.md`` / ``.png`` from ``out`` into ``results_dir`` (created),
-    atomically, for committing (``bench_out/`` is ignored by git; ``results/large_batch/`` is not).
-    The JSON's paths still name ``out``; the runs' folders are not copied.
+    """Copy ``large_batch.json`` / ``.md`` / ``.png`` and every ``rows/*.json`` from ``out`` into
+    ``results_dir`` (``rows/`` there), atomically, for committing (``bench_out/`` is ignored by git).
+    The files hold no absolute path (:func:`portable`: relative to ``out``).
 
     Returns:
         The paths written (files missing from ``out`` are skipped).
@@ -231,13 +255,19 @@ def publish(out: str | Path, results_dir: str | Path) -> list[Path]:
     """
     from tsm_ds.utils.io import atomic_path
 
-    dst = Path(results_dir)
-    dst.mkdir(parents=True, exist_ok=True)
+    src_dir, dst = Path(out).resolve(), Path(results_dir)
+    (dst / "rows").mkdir(parents=True, exist_ok=True)
     written = []
-    for name in ("large_batch.json", "large_batch.md", "large_batch.png"):
-        src = Path(out) / name
-        if src.is_file():
-            with atomic_path(dst / name, suffix=src.suffix) as tmp:
-                Path(tmp).write_bytes(src.read_bytes())
-            written.append(dst / name)
+    names = ["large_batch.json", "large_batch.md", "large_batch.png"]
+    names += [f"rows/{p.name}" for p in sorted((src_dir / "rows").glob("*.json"))]
+    for name in names:
+        src = src_dir / name
+        if not src.is_file():
+            continue
+        data = src.read_bytes()
+        if name.startswith("rows/"):
+            data = (json.dumps(portable(json.loads(data), src_dir), indent=2) + "\n").encode()
+        with atomic_path(dst / name, suffix=src.suffix) as tmp:
+            Path(tmp).write_bytes(data)
+        written.append(dst / name)
     return written

@@ -1,51 +1,136 @@
-"""The study's result: one point per (recipe, global batch), where each recipe holds and breaks,
-the markdown tables and the plot.
+"""The study's result: the lr each sweep chose, the pass rule per recipe, time to accuracy, the
+task's calibration, markdown tables and the plot.
 
-Holding is judged against the recipe's own base-batch top-1 with a tolerance of the seed-to-seed
-spread measured in the study: a recipe *holds* at batch B when every run there completed and the
-mean val top-1 is at most ``tolerance`` below its mean at the base batch, ``tolerance`` = the
-largest max-min spread over seeds of that recipe (base and largest batch), at least
-:data:`MIN_TOLERANCE` points. A diverged run breaks the point. A recipe one of whose base-batch seeds
-stayed within 10 points of chance did not learn there: nothing holds for it, and its line gives the
-mean top-1 of every batch instead (the study's LAMB at batch 8: seeds at 39.1 and 15.3 %, then 85.3 %
-at 64; "holds within 23.9 points of 27.2 %" would read as a result). The numbers are reported as
-measured either way.
+**Pass rule** (the paper's sentence, "without losing accuracy", made testable): at the largest
+batch, in the same epochs, a recipe passes when its final top-1 on every validation clip (the mean
+over its seeds where there are several) is at most ``tolerance`` below the base batch's ((a) at the
+base batch, the chosen lr, the mean over its seeds), where ``tolerance`` = max(:data:`MIN_TOLERANCE`
+= 1 point, 2 SE), SE the standard error of the difference of the two means: from the seeds' sample
+variances where a side has 2 or more seeds, floored by the binomial SE of the validation set
+(sqrt(p (1 - p) / (N x seeds)) per side); and no seed diverged, failed or sat at chance (final
+top-1 within :data:`CHANCE_MARGIN` points of chance). A recipe with runs missing is "pending".
 
-Time to accuracy: the target is :data:`TARGET_FRACTION` (95 %) of the best final val top-1 of any
-run at the base batch; a run reaches it at the first evaluation (``--eval-every``: several per
-epoch; intermediate ones may score a capped subset) whose top-1 is at least the target, and its
-time is that evaluation's optimizer steps and clips (steps x global batch). The calibration check
-(:func:`calibration`) and the 1,536-GPU projection (:func:`projection`) are written here too.
+**Time to accuracy**: the target is :data:`TARGET_FRACTION` (95 %) of the base's final top-1; a run
+reaches it at its first evaluation (``--eval-every``; intermediate ones score a capped subset) at or
+above it: optimizer steps and clips (steps x global batch).
+
+**Calibration**: the base must not solve the task (its top-1 below :data:`SOLVED_TOP1`) and must be
+near convergence: within :data:`CONVERGENCE_GAP` points of its own ``headroom`` x longer run.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .grid import RECIPES
 
-__all__ = ["MIN_TOLERANCE", "TARGET_FRACTION", "CALIBRATION_RANGE", "CALIBRATION_GAIN", "aggregate", "verdicts",
-           "points_table", "sweep_table", "verdict_lines", "plot_study", "target_top1", "time_to_accuracy",
-           "runs_table", "calibration", "projection", "readme_table"]
+__all__ = ["MIN_TOLERANCE", "TARGET_FRACTION", "CHANCE_MARGIN", "SOLVED_TOP1", "CONVERGENCE_GAP", "binomial_se",
+           "choose_lr", "select", "pass_rule", "time_to_accuracy", "verdicts", "calibration", "readme_table",
+           "verdict_table", "sweep_table", "plot_study"]
 
-#: smallest tolerance (top-1 points) a drop must exceed to count as a break
-MIN_TOLERANCE = 2.0
-#: time to accuracy: the target is this fraction of the best base-batch final top-1
+#: the smallest tolerance (top-1 points) of the pass rule
+MIN_TOLERANCE = 1.0
+#: time to accuracy: the target is this fraction of the base's final top-1
 TARGET_FRACTION = 0.95
-#: the task's calibration: the best base-batch SGD run's final top-1 (%) must lie in this range ...
-CALIBRATION_RANGE = (60.0, 90.0)
-#: ... and the headroom run (``headroom`` x the epochs) must gain at least this many points on it
-CALIBRATION_GAIN = 5.0
+#: a run whose final top-1 is within this many points of chance "sat at chance"
+CHANCE_MARGIN = 5.0
+#: the base solves the task (no room to lose accuracy) at or above this top-1 (%)
+SOLVED_TOP1 = 97.0
+#: the base is near convergence when its longer run gains at most this many points
+CONVERGENCE_GAP = 3.0
 
 
-def target_top1(rows: Sequence[dict], base_batch: int) -> float | None:
-    """The time-to-accuracy target (%): :data:`TARGET_FRACTION` x the best final val top-1 of the
-    completed runs at ``base_batch`` that stand for a recipe (the headroom run does not); None
-    when there is none."""
-    finals = [float(r["val_top1"]) for r in rows if r["batch"] == base_batch and r.get("recipes")
-              and r["status"] == "completed" and r["val_top1"] is not None]
-    return TARGET_FRACTION * max(finals) if finals else None
+def binomial_se(top1: float, n: int) -> float:
+    """Standard error (points) of a top-1 of ``top1`` % measured on ``n`` clips: 100 sqrt(p (1 - p) / n)."""
+    p = min(max(top1 / 100.0, 0.0), 1.0)
+    return 100.0 * math.sqrt(p * (1.0 - p) / n) if n > 0 else float("nan")
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def choose_lr(rows: Sequence[dict]) -> tuple[float | None, str]:
+    """The lr of a sweep: the highest final top-1 among its completed runs (ties: the smaller lr).
+    Returns (lr, why); (None, why) when no run completed."""
+    done = [r for r in rows if r.get("status") == "completed" and r.get("val_top1") is not None]
+    if not done:
+        return None, f"no run of the sweep completed ({len(rows)} recorded)"
+    best = max(done, key=lambda r: (float(r["val_top1"]), -float(r["lr_swept"])))
+    tried = ", ".join(f"{_lr(r):g}" for r in sorted(rows, key=_lr))
+    return float(best["lr_swept"]), f"highest final top-1 ({best['val_top1']:.1f}%) of {len(rows)} lrs ({tried})"
+
+
+def _lr(r: dict) -> float:
+    return float(r["lr_swept"])
+
+
+def select(rows: Sequence[dict], recipe: str, batch: int, lr: float | None, *, epochs_factor: int = 1,
+           lr_mult: float = 1.0) -> list[dict]:
+    """The rows of ``recipe`` at ``batch`` and swept lr ``lr`` with that epochs factor and lr
+    multiplier, by seed."""
+    if lr is None:
+        return []
+    out = [r for r in rows if r.get("recipe") == recipe and r["batch"] == batch
+           and math.isclose(float(r["lr_swept"]), lr) and int(r.get("epochs_factor", 1)) == epochs_factor
+           and math.isclose(float(r.get("lr_mult", 1.0)), lr_mult)]
+    return sorted(out, key=lambda r: r["seed"])
+
+
+def _finals(runs: Sequence[dict]) -> list[float]:
+    return [float(r["val_top1"]) for r in runs if r.get("status") == "completed" and r.get("val_top1") is not None]
+
+
+def pass_rule(base: Sequence[dict], runs: Sequence[dict], *, val_clips: int, chance: float) -> dict[str, Any]:
+    """The pass rule (module docstring) for ``runs`` (a recipe at the largest batch) against
+    ``base`` (the base batch's runs).
+
+    Returns:
+        {"base_mean", "mean", "diff" (mean - base_mean, points), "se_seeds" (None where neither side
+        has 2 seeds), "se_binomial", "se", "tolerance", "seeds", "at_chance" [seeds], "broken"
+        [seed: outcome], "verdict": "pass" / "fail" / "pending", "text"}.
+    """
+    bf, rf = _finals(base), _finals(runs)
+    out: dict[str, Any] = {"base_mean": _mean(bf), "mean": _mean(rf), "diff": None, "se_seeds": None,
+                           "se_binomial": None, "se": None, "tolerance": None, "seeds": [r["seed"] for r in runs],
+                           "at_chance": [r["seed"] for r in runs if r.get("status") == "completed"
+                                         and r.get("val_top1") is not None
+                                         and float(r["val_top1"]) <= chance + CHANCE_MARGIN],
+                           "broken": [f"seed {r['seed']}: " + (f"diverged at step {r.get('diverged_at')}"
+                                                               if r.get("status") == "diverged" else "failed")
+                                      for r in runs if r.get("status") != "completed"]}
+    if not bf or not runs:
+        out.update(verdict="pending", text="pending: " + ("no base run" if not bf else "no run at the largest batch"))
+        return out
+    if out["broken"] or out["at_chance"]:
+        why = "; ".join(out["broken"] + [f"seed {s} at chance" for s in out["at_chance"]])
+        out.update(verdict="fail", text=f"fail: {why}")
+        if rf:
+            out["diff"] = out["mean"] - out["base_mean"]
+        return out
+    mb, mr = out["base_mean"], out["mean"]
+    var = [(statistics_var(x), len(x)) for x in (bf, rf)]
+    se_seeds = (math.sqrt(sum(v / n for v, n in var if v is not None))
+                if any(v is not None for v, _ in var) else None)
+    se_binom = math.sqrt(binomial_se(mb, val_clips * len(bf)) ** 2 + binomial_se(mr, val_clips * len(rf)) ** 2)
+    se = max(se_binom, se_seeds or 0.0)
+    tol = max(MIN_TOLERANCE, 2.0 * se)
+    diff = mr - mb
+    ok = diff >= -tol
+    out.update(diff=diff, se_seeds=se_seeds, se_binomial=se_binom, se=se, tolerance=tol,
+               verdict="pass" if ok else "fail",
+               text=(f"{'pass' if ok else 'fail'}: {mr:.1f}% ({len(rf)} seed{'s' if len(rf) > 1 else ''}) vs the "
+                     f"base's {mb:.1f}% ({len(bf)}): {diff:+.1f} points, tolerance {tol:.1f} (SE {se:.2f})"))
+    return out
+
+
+def statistics_var(xs: Sequence[float]) -> float | None:
+    """Sample variance of ``xs`` (None for fewer than 2 values)."""
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
 def time_to_accuracy(row: dict, target: float | None) -> tuple[int | None, int | None]:
@@ -61,329 +146,152 @@ def time_to_accuracy(row: dict, target: float | None) -> tuple[int | None, int |
     return None, None
 
 
-def _mean(xs: Sequence[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
+def verdicts(rows: Sequence[dict], chosen: dict[str, float | None], *, base_batch: int, largest: int,
+             val_clips: int, chance: float, recipes: Sequence[str] = tuple(RECIPES)) -> dict[str, dict]:
+    """Per recipe, :func:`pass_rule` of its chosen lr at ``largest`` against (a) at ``base_batch``
+    (chosen lr, every seed), plus "recipe", "label", "lr" (chosen), "seeds_at_largest"."""
+    base = [r for r in select(rows, "sgd", base_batch, chosen.get("sgd")) if r.get("role") != "headroom"]
+    out = {}
+    for rc in recipes:
+        runs = select(rows, rc, largest, chosen.get(rc))
+        v = pass_rule(base, runs, val_clips=val_clips, chance=chance)
+        out[rc] = {"recipe": rc, "label": RECIPES[rc].label, "lr": chosen.get(rc), **v}
+    return out
 
 
-def aggregate(rows: Sequence[dict], recipes: Sequence[str], batches: Sequence[int],
-              target: float | None = None) -> list[dict]:
-    """One point per (recipe, batch) that has runs.
-
-    Args:
-        rows: run rows (:func:`~tsm_ds.experiments.large_batch.runs.run_one`); a row counts for every
-            recipe in its ``recipes``.
-        recipes, batches: the order of the points.
+def calibration(rows: Sequence[dict], sgd_lr: float | None, *, base_batch: int, headroom: int) -> dict[str, Any]:
+    """Is the base batch a fair reference? ``solved``: its mean final top-1 >= :data:`SOLVED_TOP1`
+    (no room to lose accuracy); ``converged``: its seed-0 run within :data:`CONVERGENCE_GAP` points of
+    its ``headroom`` x longer run (None until that run is recorded).
 
     Returns:
-        dicts: recipe, label, batch, micro_batch, accum, lr (read back from config.json),
-        warmup_steps, steps (optimizer steps of the first seed), seeds, run_steps (optimizer steps
-        per seed: a diverged run's is its last step), outcomes (per seed: "completed", "diverged at
-        step k" or "failed"), val_top1 (per seed; None
-        for a diverged or failed run), mean_top1 / min_top1 / max_top1 / spread over the completed
-        runs, diverged (["seed s: step k"]), failed (run names), wall_s (mean seconds per run);
-        best_top1 (per seed: the highest evaluation, None for a run that did not complete),
-        target (``target``), steps_to_target / clips_to_target (per seed, None: not reached),
-        mean_clips_to_target (over the seeds that reached it, None if none did),
-        reached ("k/n" seeds).
+        {"base_mean", "longer_top1", "gap", "solved", "converged", "passed" (not solved and
+        converged; None while pending), "text"}.
     """
-    points = []
-    for r in recipes:
-        for b in batches:
-            runs = sorted((x for x in rows if r in x["recipes"] and x["batch"] == b), key=lambda x: x["seed"])
-            if not runs:
-                continue
-            done = [float(x["val_top1"]) for x in runs if x["status"] == "completed" and x["val_top1"] is not None]
-            first = runs[0]
-            tta = [time_to_accuracy(x, target) for x in runs]
-            reached = [c for _, c in tta if c is not None]
-            points.append({
-                "recipe": r, "label": RECIPES[r].label if r in RECIPES else r, "batch": b,
-                "micro_batch": first.get("micro_batch"), "accum": first.get("accum"), "lr": first.get("lr"),
-                "warmup_steps": first.get("warmup_steps"), "steps": first.get("steps"),
-                "seeds": [x["seed"] for x in runs], "run_steps": [x.get("steps") for x in runs],
-                "outcomes": [_outcome(x) for x in runs],
-                "val_top1": [x["val_top1"] if x["status"] == "completed" else None for x in runs],
-                "mean_top1": _mean(done), "min_top1": min(done) if done else None,
-                "max_top1": max(done) if done else None,
-                "spread": (max(done) - min(done)) if len(done) > 1 else None,
-                "diverged": [f"seed {x['seed']}: step {x['diverged_at']}" for x in runs if x["status"] == "diverged"],
-                "failed": [x["name"] for x in runs if x["status"] == "failed"],
-                "wall_s": round(_mean([float(x["wall_s"]) for x in runs]), 1),
-                "best_top1": [x.get("best_val_top1") if x["status"] == "completed" else None for x in runs],
-                "target": target, "steps_to_target": [st for st, _ in tta], "clips_to_target": [c for _, c in tta],
-                "mean_clips_to_target": _mean(reached), "reached": f"{len(reached)}/{len(runs)}",
-            })
-    return points
-
-
-def verdicts(points: Sequence[dict], base_batch: int, chance: float) -> dict[str, dict]:
-    """Per recipe: {"base_top1", "tolerance", "holds" [batches], "breaks" [batches], "holds_up_to",
-    "first_break", "learned_at_base"} (see the module docstring for the rule; a recipe one of whose
-    base-batch seeds stayed within 10 points of ``chance`` (%) did not learn, and nothing holds for it)."""
-    out: dict[str, dict] = {}
-    for r in dict.fromkeys(p["recipe"] for p in points):
-        pts = [p for p in points if p["recipe"] == r]
-        base = next((p for p in pts if p["batch"] == base_batch), None)
-        base_top1 = base["mean_top1"] if base else None
-        spreads = [p["spread"] for p in pts if p["spread"] is not None]
-        tol = max([MIN_TOLERANCE, *spreads])
-        learned = base is not None and base["min_top1"] is not None and base["min_top1"] > chance + 10.0
-        holds, breaks = [], []
-        for p in pts:
-            ok = (learned and not p["diverged"] and not p["failed"] and p["mean_top1"] is not None
-                  and p["mean_top1"] >= base_top1 - tol)
-            (holds if ok else breaks).append(p["batch"])
-        up_to = None
-        for b in sorted(p["batch"] for p in pts):
-            if b in breaks:
-                break
-            up_to = b
-        out[r] = {"base_top1": base_top1, "tolerance": tol, "holds": holds, "breaks": breaks,
-                  "holds_up_to": up_to, "first_break": min(breaks) if breaks else None, "learned_at_base": learned}
-    return out
+    base = [r for r in select(rows, "sgd", base_batch, sgd_lr) if r.get("role") != "headroom"]
+    longer = select(rows, "sgd", base_batch, sgd_lr, epochs_factor=headroom) if headroom else []
+    bf, lf = _finals(base), _finals(longer)
+    mean = _mean(bf)
+    s0 = next((float(r["val_top1"]) for r in base if r["seed"] == 0 and r.get("val_top1") is not None), None)
+    gap = (lf[0] - s0) if lf and s0 is not None else None
+    solved = mean is not None and mean >= SOLVED_TOP1
+    converged = None if gap is None else gap <= CONVERGENCE_GAP
+    passed = None if mean is None or converged is None else (not solved and converged)
+    text = (("base " + (f"{mean:.1f}%" if mean is not None else "pending")
+             + (f" (solved: at or above {SOLVED_TOP1:.0f}%)" if solved else "")) + "; "
+            + (f"{headroom}x longer run pending" if gap is None else
+               f"{headroom}x longer run {lf[0]:.1f}% ({gap:+.1f} points: "
+               f"{'near convergence' if converged else 'NOT near convergence'}, wanted <= {CONVERGENCE_GAP:.0f})"))
+    return {"base_mean": mean, "longer_top1": lf[0] if lf else None, "gap": gap, "solved": solved,
+            "converged": converged, "passed": passed, "text": text}
 
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def points_table(points: Sequence[dict]) -> str:
-    """Markdown: recipe, global batch, micro-batch x accumulation, lr, warm-up steps, optimizer
-    steps, final val top-1 per seed, mean, spread (max - min), best evaluation per seed, clips to
-    the target per seed, wall time per run."""
-    lines = ["| recipe | global batch | micro x accum | lr (read back) | warm-up steps | optimizer steps | "
-             "final val top-1 per seed (%) | mean (%) | spread | best per seed (%) | clips to target per seed | "
-             "wall s / run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for p in points:
-        seeds = ", ".join(
-            (f"s{s}: {v:.1f}" if v is not None
-             else f"s{s}: " + ("diverged" if any(d.startswith(f"seed {s}:") for d in p["diverged"]) else "failed"))
-            for s, v in zip(p["seeds"], p["val_top1"]))
-        if p["diverged"]:
-            seeds += " (" + "; ".join(f"diverged at {d.split(': ')[1]}" for d in p["diverged"]) + ")"
-        lr = "-" if p["lr"] is None else f"{p['lr']:.4g}"
-        best = ", ".join(_pct(b) for b in p.get("best_top1", []))
-        tta = ", ".join("-" if c is None else f"{c:,}" for c in p.get("clips_to_target", []))
-        lines.append(f"| {p['recipe']} | {p['batch']} | {p['micro_batch']} x {p['accum']} | {lr} | "
-                     f"{p['warmup_steps']} | {p['steps']} | {seeds} | {_pct(p['mean_top1'])} | "
-                     f"{_pct(p['spread'])} | {best or '-'} | {tta or '-'} | {p['wall_s']:.0f} |")
+def _outcome(row: dict) -> str:
+    if row.get("status") == "diverged":
+        return f"diverged at step {row.get('diverged_at')}"
+    return str(row.get("status"))
+
+
+def _kind(row: dict) -> str:
+    role = row.get("role", "grid")
+    if role == "headroom":
+        return f"longer x{row.get('epochs_factor')}"
+    if role == "isolate":
+        return f"isolate (lr x{row.get('lr_mult'):g}, epochs x{row.get('epochs_factor')})"
+    return role
+
+
+def readme_table(rows: Sequence[dict], target: float | None) -> str:
+    """Markdown for docs/large-batch.md: one line per run (recipe, batch, lr, seed order): recipe,
+    kind (sweep / grid / longer / isolate), global batch, micro-batch x accumulation, seed, lr
+    read back, optimizer steps (warm-up), outcome, final and best top-1 (%), and optimizer steps /
+    clips to ``target`` ("not reached"). A test keeps the guide's table equal to this function of
+    the committed ``results/large_batch/large_batch.json``."""
+    lines = ["| recipe | kind | global batch | micro x accum | seed | lr | steps (warm-up) | outcome | "
+             "final top-1 (%) | best top-1 (%) | steps / clips to target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {r: i for i, r in enumerate(RECIPES)}
+    for r in sorted(rows, key=lambda r: (order.get(r.get("recipe"), 9), r["batch"], float(r["lr_swept"]),
+                                         int(r.get("epochs_factor", 1)), float(r.get("lr_mult", 1.0)), r["seed"])):
+        st, clips = time_to_accuracy(r, target)
+        tta = "not reached" if clips is None else f"{st:,} / {clips:,}"
+        lr = "-" if r.get("lr") is None else f"{r['lr']:.4g}"
+        steps = "-" if r.get("steps") is None else f"{r['steps']} ({r.get('warmup_steps')})"
+        lines.append(f"| {r.get('recipe')} | {_kind(r)} | {r['batch']} | {r.get('micro_batch')} x {r.get('accum')} | "
+                     f"{r['seed']} | {lr} | {steps} | {_outcome(r)} | {_pct(r.get('val_top1'))} | "
+                     f"{_pct(r.get('best_val_top1'))} | {tta} |")
     return "\n".join(lines) + "\n"
 
 
-def readme_table(points: Sequence[dict]) -> str:
-    """Markdown for docs/large-batch.md: one line per (recipe, global batch, seed) in the order of
-    ``points`` (:func:`aggregate`): lr read back, optimizer steps, outcome (completed / diverged at
-    step k / failed), final and best val top-1 (%), and optimizer steps / clips to the target
-    ("not reached"). A test keeps that guide's table equal to this function of the committed
-    ``results/large_batch/large_batch.json``."""
-    lines = ["| recipe | global batch | seed | lr | optimizer steps | outcome | final top-1 (%) | best top-1 (%) | "
-             "steps / clips to target |", "|---|---|---|---|---|---|---|---|---|"]
-    for p in points:
-        lr = "-" if p["lr"] is None else f"{p['lr']:.4g}"
-        for i, seed in enumerate(p["seeds"]):
-            final, outcome = p["val_top1"][i], p["outcomes"][i]
-            steps_t, clips_t = p["steps_to_target"][i], p["clips_to_target"][i]
-            tta = "not reached" if clips_t is None else f"{steps_t:,} / {clips_t:,}"
-            lines.append(f"| {p['recipe']} | {p['batch']} | {seed} | {lr} | {p['run_steps'][i]} | {outcome} | "
-                         f"{_pct(final)} | {_pct(p['best_top1'][i])} | {tta} |")
+def verdict_table(v: dict[str, dict], largest: int) -> str:
+    """Markdown: one line per recipe: chosen lr, its largest-batch mean (seeds), the base's mean,
+    the difference, the tolerance and the verdict (pass / fail / pending)."""
+    lines = [f"| recipe | lr chosen | top-1 at {largest} (%) | base (%) | difference | tolerance | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for d in v.values():
+        lr = "-" if d["lr"] is None else f"{d['lr']:g}"
+        diff = "-" if d["diff"] is None else f"{d['diff']:+.1f}"
+        tol = "-" if d["tolerance"] is None else f"{d['tolerance']:.1f}"
+        mean = _pct(d["mean"]) + (f" ({len(d['seeds'])} seeds)" if len(d["seeds"]) > 1 else "")
+        lines.append(f"| {d['label']} | {lr} | {mean} | {_pct(d['base_mean'])} | {diff} | {tol} | {d['text']} |")
     return "\n".join(lines) + "\n"
 
 
-def sweep_table(rows: Sequence[dict], chosen: float | None) -> str:
-    """Markdown of the base-batch SGD lr sweep (lr, final and best val top-1, status, wall time)."""
-    lines = ["| SGD lr at the base batch | val top-1 (%) | best epoch (%) | status | wall s |", "|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda x: x["base_lr"]):
-        mark = " (chosen)" if chosen is not None and math.isclose(r["base_lr"], chosen) else ""
-        status = r["status"] + (f" at step {r['diverged_at']}" if r["status"] == "diverged" else "")
-        lines.append(f"| {r['base_lr']:g}{mark} | {_pct(r['val_top1'])} | {_pct(r['best_val_top1'])} | "
-                     f"{status} | {r['wall_s']:.0f} |")
+def sweep_table(rows: Sequence[dict], recipe: str, batch: int, chosen: float | None) -> str:
+    """Markdown of one sweep (lr, final and best top-1, outcome, wall time), the chosen lr marked."""
+    lines = [f"| {recipe} lr at batch {batch} | final top-1 (%) | best (%) | outcome | wall s |",
+             "|---|---|---|---|---|"]
+    runs = [r for r in rows if r.get("recipe") == recipe and r["batch"] == batch and r.get("role") == "sweep"]
+    for r in sorted(runs, key=_lr):
+        mark = " (chosen)" if chosen is not None and math.isclose(_lr(r), chosen) else ""
+        lines.append(f"| {_lr(r):g}{mark} | {_pct(r.get('val_top1'))} | {_pct(r.get('best_val_top1'))} | "
+                     f"{_outcome(r)} | {float(r.get('wall_s') or 0):.0f} |")
     return "\n".join(lines) + "\n"
 
 
-def _mean_or_outcome(p: dict) -> str:
-    """A point's mean top-1 ("85.3%"), or "diverged" / "failed" when no seed completed."""
-    if p["mean_top1"] is not None:
-        return f"{_pct(p['mean_top1'])}%"
-    return "diverged" if p["diverged"] else "failed"
-
-
-def verdict_lines(v: dict[str, dict], batches: Sequence[int], points: Sequence[dict] = ()) -> list[str]:
-    """One sentence per recipe: where it holds and where it breaks; for a recipe that did not learn
-    at the base batch, the mean top-1 (or the outcome) at every batch of ``points`` instead."""
-    lines = []
-    for r, d in v.items():
-        name = RECIPES[r].label if r in RECIPES else r
-        if not d["learned_at_base"]:
-            pts = [p for p in points if p["recipe"] == r]
-            per = ", ".join(f"{p['batch']}: {_mean_or_outcome(p)}" for p in pts) or "-"
-            base = next((p for p in pts if p["batch"] == min(batches)), None)
-            seeds = (" (seeds: " + ", ".join(f"{_pct(x)}%" for x in base["val_top1"]) + ")"
-                     if base and len(base["val_top1"]) > 1 else "")
-            lines.append(f"- {name}: did not learn at the base batch with every seed ({_pct(d['base_top1'])}% mean"
-                         f"{seeds}): nothing to hold; mean top-1 per batch: {per}.")
-            continue
-        tol = f"tolerance {d['tolerance']:.1f} points"
-        if not d["breaks"]:
-            lines.append(f"- {name}: holds at every batch up to {max(batches)} ({tol}; base {_pct(d['base_top1'])}%).")
-        else:
-            lines.append(f"- {name}: holds up to {d['holds_up_to']}, breaks at {', '.join(map(str, d['breaks']))} "
-                         f"({tol}; base {_pct(d['base_top1'])}%).")
-    return lines
-
-
-def plot_study(points: Sequence[dict], out: Path, *, chance: float, title: str) -> Path | None:
-    """PNG: val top-1 against the global batch per recipe (mean line, every seed as a dot, diverged
-    runs as crosses on the x axis) and wall time per run; None when there is nothing to plot."""
-    if not points:
+def plot_study(rows: Sequence[dict], out: Path, *, chance: float, title: str) -> Path | None:
+    """PNG: final top-1 of every run against the global batch, one colour per recipe (x: diverged),
+    and the evaluation curves (top-1 against clips seen) of the chosen-lr runs; None without runs."""
+    done = [r for r in rows if r.get("recipe") in RECIPES]
+    if not done:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for i, r in enumerate(dict.fromkeys(p["recipe"] for p in points)):
-        pts = [p for p in points if p["recipe"] == r]
+    for i, rc in enumerate(RECIPES):
+        mine = [r for r in done if r["recipe"] == rc]
         color = f"C{i}"
-        xs = [p["batch"] for p in pts if p["mean_top1"] is not None]
-        ax.plot(xs, [p["mean_top1"] for p in pts if p["mean_top1"] is not None], "-o", color=color,
-                label=RECIPES[r].label if r in RECIPES else r)
-        for p in pts:
-            seeds = [v for v in p["val_top1"] if v is not None]
-            ax.scatter([p["batch"] * (1 + 0.03 * i)] * len(seeds), seeds, s=12, color=color, alpha=0.6)
-            if p["diverged"]:
-                ax.scatter([p["batch"]], [0], marker="x", s=60, color=color)
-        ax2.plot([p["batch"] for p in pts], [p["wall_s"] for p in pts], "-o", color=color)
+        xs = [r["batch"] * (1 + 0.04 * i) for r in mine if r.get("val_top1") is not None]
+        ax.scatter(xs, [r["val_top1"] for r in mine if r.get("val_top1") is not None], s=16, color=color,
+                   label=RECIPES[rc].label)
+        for r in mine:
+            if r.get("status") == "diverged":
+                ax.scatter([r["batch"]], [0], marker="x", s=60, color=color)
+            hist = r.get("history") or []
+            if hist and r.get("role") != "sweep":
+                b = int(r.get("global_batch") or r["batch"])
+                ax2.plot([h["step"] * b for h in hist], [h["val_top1"] for h in hist], color=color, alpha=0.7,
+                         lw=1)
     ax.axhline(chance, ls=":", color="grey", label=f"chance {chance:.0f}%")
-    batches = sorted({p["batch"] for p in points})
-    for a in (ax, ax2):
-        a.set_xscale("log", base=2)
-        a.set_xticks(batches, [str(b) for b in batches])
-        a.minorticks_off()
-        a.set_xlabel("global batch (clips), micro-batch fixed")
-    ax.set_ylabel("val top-1 (%)")
+    batches = sorted({r["batch"] for r in done})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.minorticks_off()
+    ax.set_xlabel("global batch (clips)")
+    ax.set_ylabel("final val top-1 (%)")
     ax.set_ylim(-3, 103)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
-    ax2.set_ylabel("wall time per run (s)")
-    ax2.set_title("same clips per run; x = diverged", fontsize=9)
+    ax2.set_xlabel("clips seen")
+    ax2.set_ylabel("val top-1 (%)")
+    ax2.set_title("evaluations of the non-sweep runs", fontsize=9)
     fig.tight_layout()
     from tsm_ds.bench.plots import save_figure
     return save_figure(fig, Path(out))
-
-
-def _outcome(row: dict) -> str:
-    if row["status"] == "diverged":
-        return f"diverged at step {row['diverged_at']}"
-    return row["status"]
-
-
-def runs_table(rows: Sequence[dict], target: float | None) -> str:
-    """Markdown, one line per run: name, recipes, global batch, seed, lr, optimizer steps, outcome
-    (completed / diverged at step k / failed), final and best val top-1, steps and clips to
-    ``target`` ("-": not reached)."""
-    lines = ["| run | recipes | global batch | seed | lr | steps | outcome | final top-1 (%) | best top-1 (%) | "
-             "steps to target | clips to target |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["batch"], r["name"])):
-        st, clips = time_to_accuracy(r, target)
-        lr = "-" if r.get("lr") is None else f"{r['lr']:.4g}"
-        lines.append(f"| {r['name']} | {', '.join(r.get('recipes') or ['headroom'])} | {r['batch']} | {r['seed']} | "
-                     f"{lr} | {r.get('steps') if r.get('steps') is not None else '-'} | {_outcome(r)} | "
-                     f"{_pct(r.get('val_top1'))} | {_pct(r.get('best_val_top1'))} | "
-                     f"{'-' if st is None else st} | {'-' if clips is None else f'{clips:,}'} |")
-    return "\n".join(lines) + "\n"
-
-
-def calibration(sweep: Sequence[dict], headroom: dict | None, sgd_lr: float | None, *, factor: int) -> dict:
-    """Does the task leave room to lose accuracy? The best base-batch SGD run's final top-1 must
-    lie in :data:`CALIBRATION_RANGE` and the headroom run (``factor`` x the epochs, the chosen
-    lr) must gain :data:`CALIBRATION_GAIN` points on the run at the same lr.
-
-    Args:
-        sweep: the base-batch SGD rows (one per lr, first seed); headroom: the headroom run's row
-            or None; sgd_lr: the chosen lr; factor: the headroom epochs factor.
-
-    Returns:
-        {"best_sgd_top1", "in_range", "range", "same_lr_top1", "headroom_top1", "gain", "min_gain",
-        "factor", "gained", "passed", "text"}; values that could not be measured are None
-        (``passed`` is then False).
-    """
-    done = [r for r in sweep if r["status"] == "completed" and r["val_top1"] is not None]
-    best = max((float(r["val_top1"]) for r in done), default=None)
-    same = next((float(r["val_top1"]) for r in done if sgd_lr is not None and math.isclose(r["base_lr"], sgd_lr)),
-                None)
-    long_top1 = (float(headroom["val_top1"]) if headroom and headroom["status"] == "completed"
-                 and headroom["val_top1"] is not None else None)
-    gain = long_top1 - same if long_top1 is not None and same is not None else None
-    lo, hi = CALIBRATION_RANGE
-    in_range = best is not None and lo <= best <= hi
-    gained = gain is not None and gain >= CALIBRATION_GAIN
-    head = ("no headroom run" if headroom is None else
-            f"{factor}x longer run {_outcome(headroom)}" + (f", {long_top1:.1f}%" if long_top1 is not None else ""))
-    text = (f"best base-batch SGD final top-1 {_pct(best)}% (wanted {lo:.0f}-{hi:.0f}%: "
-            f"{'yes' if in_range else 'NO'}); {head}; gain on the same lr "
-            f"{'-' if gain is None else f'{gain:+.1f}'} points (wanted >= {CALIBRATION_GAIN:.0f}: "
-            f"{'yes' if gained else 'NO'})")
-    return {"best_sgd_top1": best, "in_range": in_range, "range": list(CALIBRATION_RANGE), "same_lr_top1": same,
-            "headroom_top1": long_top1, "gain": gain, "min_gain": CALIBRATION_GAIN, "factor": factor,
-            "gained": gained, "passed": bool(in_range and gained), "text": text}
-
-
-def projection(points: Sequence[dict], base_batch: int, largest: int) -> dict:
-    """The paper's 1,536-GPU time with the large batch's cost in clips to the target.
-
-    The best large-batch recipe is the recipe whose every completed seed at ``largest`` reached
-    the target, with the fewest mean clips to it; its clips over the fewest mean clips to the
-    target at ``base_batch`` (any recipe) is the *clips inflation* of the large batch. The scaling
-    model (:mod:`tsm_ds.bench.scaling`: calibrated on the paper's single node, Summit, TSM-R50 8f,
-    50 epochs of 240k clips at 8 clips per GPU) predicts the 1,536-GPU time; the projection is that
-    time x the inflation (a large batch that needs k x the clips needs k x the epochs), next to the
-    paper's measured 14 min 13 s.
-
-    Returns:
-        {"recipe" (None: no large-batch recipe reached the target), "base_recipe", "base_clips",
-        "large_clips", "large_steps", "inflation", "model_time_s", "projected_time_s", "paper_time_s",
-        "model_time", "projected_time", "paper_time", "gpus", "text"}.
-    """
-    from tsm_ds.bench.scaling.model import calibrate, format_duration, step_breakdown
-    from tsm_ds.bench.scaling.presets import CLUSTERS, MODELS, PAPER, Workload
-
-    tsm = MODELS["tsm"]
-    w = Workload(label=tsm["label"], params=tsm["params"], frames=tsm["frames"], compute_ratio=tsm["compute_ratio"])
-    summit = CLUSTERS["summit"]
-    ref = calibrate(w, summit, gpus=PAPER["single_node_gpus"], time_s=PAPER["single_node_time_s"])
-    model_s = step_breakdown(w, summit, PAPER["large_scale_gpus"], ref)["train_time_s"]
-    out: dict = {"gpus": PAPER["large_scale_gpus"], "model_time_s": model_s, "model_time": format_duration(model_s),
-                 "paper_time_s": PAPER["large_scale_time_s"],
-                 "paper_time": format_duration(PAPER["large_scale_time_s"]),
-                 "recipe": None, "base_recipe": None, "base_clips": None, "large_clips": None, "large_steps": None,
-                 "inflation": None, "projected_time_s": None, "projected_time": None}
-
-    def ok(p: dict) -> bool:
-        done = [c for c, v in zip(p["clips_to_target"], p["val_top1"]) if v is not None]
-        return bool(done) and all(c is not None for c in done) and p["mean_clips_to_target"] is not None
-
-    base = [p for p in points if p["batch"] == base_batch and p.get("mean_clips_to_target") is not None]
-    large = [p for p in points if p["batch"] == largest and p.get("clips_to_target") and ok(p)]
-    if base:
-        b = min(base, key=lambda p: p["mean_clips_to_target"])
-        out.update(base_recipe=b["recipe"], base_clips=b["mean_clips_to_target"])
-    if base and large:
-        p = min(large, key=lambda p: p["mean_clips_to_target"])
-        infl = p["mean_clips_to_target"] / out["base_clips"]
-        out.update(recipe=p["recipe"], large_clips=p["mean_clips_to_target"],
-                   large_steps=p["mean_clips_to_target"] / largest, inflation=infl,
-                   projected_time_s=model_s * infl, projected_time=format_duration(model_s * infl))
-        out["text"] = (f"{p['recipe']} at batch {largest} reached the target in {out['large_clips']:,.0f} clips "
-                       f"({out['large_steps']:.1f} steps) against {out['base_clips']:,.0f} at batch {base_batch} "
-                       f"({out['base_recipe']}): x{infl:.2f} the clips. Scaling model at {out['gpus']:,} GPUs: "
-                       f"{out['model_time']} for the paper's 50 epochs; x{infl:.2f}: **{out['projected_time']}** "
-                       f"(paper: {out['paper_time']}).")
-    else:
-        out["text"] = (f"no recipe at batch {largest} reached the target with every seed" if base else
-                       f"no run at batch {base_batch} reached the target") + (
-            f": no projection (scaling model at {out['gpus']:,} GPUs: {out['model_time']}; paper: "
-            f"{out['paper_time']}).")
-    return out

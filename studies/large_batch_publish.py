@@ -1,0 +1,83 @@
+"""Publish the large-batch study as it stands (finished or in progress) and put its numbers into the
+guides: the report of the rows recorded so far into ``results/large_batch`` (``--report-only
+--results-dir``: ``large_batch.json`` / ``.md`` / ``.png`` and ``rows/``), then the block between the
+``large-batch-report`` markers of docs/large-batch.md, and the status in README.md and
+results/large_batch/README.md, from that JSON (tests/experiments/test_large_batch.py keeps them equal).
+
+    python studies/large_batch_publish.py [--out-dir bench_out/large_batch_v2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- large-batch-report:begin -->", "<!-- large-batch-report:end -->"
+STATUS = re.compile(r"(\*\*)?(study in progress: \d+ of \d+ runs|study complete: \d+ runs)(\*\*)?")
+
+
+def guide_block(rep: dict) -> str:
+    """The guide's results block of a committed report: status, calibration, verdicts, sweeps, runs."""
+    from tsm_ds.experiments.large_batch.study_report import readme_table, verdict_table
+
+    largest = rep["settings"]["batches"][-1]
+    chosen = "; ".join(f"{k}: " + (f"lr {v['lr']:g} ({v['why']})" if v["lr"] is not None else v["why"])
+                       for k, v in rep["chosen"].items())
+    tgt = "-" if rep["target_top1"] is None else f"{rep['target_top1']:.1f} %"
+    return "\n".join([
+        BEGIN, "", f"Status: **{status_text(rep)}** (the runs recorded in `results/large_batch/rows/`; "
+        "every number below is a run that has landed, and nothing is claimed for the runs still to come).", "",
+        f"Lrs chosen: {chosen}.", "", f"Calibration: {rep['calibration']['text']}.", "",
+        f"Verdicts at batch {largest} (pass: final top-1 within max(1 point, 2 SE) of the base's, no seed "
+        "diverged or at chance; \"pending\": a run it needs has not landed):", "",
+        verdict_table(rep["verdicts"], largest),
+        f"Every run (time-to-accuracy target {tgt} = 95 % of the base's final top-1; intermediate "
+        "evaluations score 500 clips, the last one all 2,000):", "",
+        readme_table(rep["rows"], rep["target_top1"]), END])
+
+
+def status_text(rep: dict) -> str:
+    """``study in progress: N of M runs`` or ``study complete: N runs``."""
+    if rep["complete"]:
+        return f"study complete: {rep['landed']} runs"
+    return f"study in progress: {rep['landed']} of {rep['planned_total']} runs"
+
+
+def sync(rep: dict) -> list[Path]:
+    """Write the report's block and status into the guides; returns the files changed."""
+    changed = []
+    guide = REPO / "docs" / "large-batch.md"
+    text = guide.read_text()
+    a, b = text.index(BEGIN), text.index(END) + len(END)
+    new = text[:a] + guide_block(rep) + text[b:]
+    for path, body in ((guide, new), (REPO / "README.md", None), (REPO / "results" / "large_batch" / "README.md",
+                                                                    None)):
+        body = body if body is not None else path.read_text()
+        body = STATUS.sub(lambda m: (m.group(1) or "") + status_text(rep) + (m.group(3) or ""), body)
+        if body != path.read_text():
+            path.write_text(body)
+            changed.append(path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Publish (``tsm-ds bench large-batch --report-only``), then sync the guides. Returns 0."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", default="bench_out/large_batch_v2")
+    ap.add_argument("--results-dir", default="results/large_batch")
+    a = ap.parse_args(argv)
+    from tsm_ds.cli.bench_large_batch import main as bench
+
+    code = bench(["--report-only", "--out-dir", a.out_dir, "--results-dir", a.results_dir])
+    rep = json.loads((Path(a.results_dir) / "large_batch.json").read_text())
+    for p in sync(rep):
+        print(f"updated {p.relative_to(REPO)}")
+    print(status_text(rep))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
