@@ -162,7 +162,11 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
     micro, accum = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     schedule = multigrid_schedule(c, model, train_set, ds_cfg, tsm)   # None: one shape
     epoch_clips = -(-len(train_set) // world) * world
-    planned = schedule.total_steps(epoch_clips) if schedule is not None else spe * sch.epochs
+    try:
+        planned = schedule.total_steps(epoch_clips) if schedule is not None else spe * sch.epochs
+    except ValueError as e:   # a stage whose step needs more clips than an epoch has
+        from tsm_ds.engine.config.recipes import ConfigError
+        raise ConfigError(f"--multigrid {sch.multigrid}: {e}") from None
     total = planned if sch.max_steps is None else min(planned, sch.max_steps)
     layout = Layout(rank=rank, world=world, micro=micro, accum=accum, global_batch=ds_cfg["train_batch_size"],
                     steps_per_epoch=spe, total_steps=total, epochs=schedule.epochs if schedule else sch.epochs,
@@ -234,6 +238,12 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
                  "skipped (one data-parallel rank: the identity)" if skip_reduce else
                  "timed separately" if manual_comm else "inside DeepSpeed's ZeRO/bf16 optimizer (time/comm_s not "
                  "logged)")
+        if schedule is not None:
+            log.info("multigrid %s (base shape T=%d, crop %d, global batch %d; the steps per epoch above are the base "
+                     "shape's): %d epochs, %d optimizer steps; stages (epochs: T x crop x global batch, lr factor): %s",
+                     sch.multigrid, schedule.base_frames, schedule.base_crop, schedule.base_batch, schedule.epochs,
+                     total, "; ".join(f"{r['epochs']}: {r['frames']}x{r['crop']}x{r['global_batch']}, "
+                                      f"x{r['lr_factor']:g}" for r in schedule.table(epoch_clips)))
         save_config_record(s, raw, ds_cfg, tsm, filled, world=world, steps_per_epoch=spe, total_steps=total,
                            groups=list(zip(names, groups)), hosts=run_hosts)
     compile_engine(eng, compile)
