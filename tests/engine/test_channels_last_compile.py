@@ -110,8 +110,8 @@ def _run_scenario(sc: dict) -> None:
                         "schedule.batch_size": 4, "schedule.micro_batch_size": 2, "schedule.lr": 0.2,
                         "schedule.lr_steps": [1], "logging.progress": False,
                         "model.channels_last": sc.get("channels_last", False),
-                        "model.compile": sc.get("compile", False),
                         "data.max_bad_fraction": sc.get("max_bad_fraction", 0.01)})
+    config.model.compile = sc.get("compile", False)   # a backend name (aot_eager) as well: prepare_model takes it
     settings = TrainSettings(run_dir=Path(sc["run_dir"]), config=config, class_names=list("abc"))
     tr = Trainer(model, Clips(8, bad=sc.get("bad", False)), Clips(4, seed=9),
                  load_config(REPO / "ds_configs" / f"{sc['recipe']}.json"),
