@@ -93,7 +93,7 @@ def test_stages_and_the_lr_every_run_resolves_to(tmp_path):
     s = StudySettings()
     sweep = plan_stage(s, tmp_path, "sgd_sweep", {})
     assert [(x.name, x.batch, x.role) for x in sweep] == [
-        ("sgd_lr0.0025_b8_s0", 8, "sweep"), ("sgd_lr0.005_b8_s0", 8, "sweep"), ("sgd_lr0.01_b8_s0", 8, "sweep")]
+        ("sgd_lr0.005_b8_s0", 8, "sweep"), ("sgd_lr0.01_b8_s0", 8, "sweep"), ("sgd_lr0.02_b8_s0", 8, "sweep")]
     assert plan_stage(s, tmp_path, "sgd_grid", {}) == []              # waits for the sweep
     ch = {"sgd": 0.005, "lars": 8.0, "lamb": 0.01}
     grid = plan_stage(s, tmp_path, "sgd_grid", ch)
@@ -409,7 +409,7 @@ def test_gpu_grid_fits_ten_minutes_by_its_estimate_and_runs_on_the_cpu(tmp_path,
     top = plan["sgd_b4096"]
     assert top["batch"] == 32 * s.batches[0] and top["steps"] == 300 and s.train_clips // 4096 == 20
     assert top["warmup_steps"] == 100 and plan["sgd_b128"]["warmup_steps"] == 0
-    assert top["lr"] == pytest.approx(0.005 * 4096 / 8) and s.ghost_bn_clips == 8 and s.bf16
+    assert top["lr"] == pytest.approx(0.01 * 4096 / 8) and s.ghost_bn_clips == 8 and s.bf16
     assert gpu_estimate(s)["total_s"] <= 600 and gpu_estimate(dataclasses.replace(SMOKE, workers=16))["total_s"] <= 60
     assert main(out=str(tmp_path / "p"), plan_only=True, workers=16) == 0
     assert "total 428 s for 5 runs" in capsys.readouterr().out

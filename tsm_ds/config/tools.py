@@ -27,10 +27,10 @@ from typing import Any
 from tsm_ds.config.fields import Command, field_infos, opt
 
 __all__ = ["BenchModelsConfig", "BenchDataConfig", "BenchCommConfig", "BenchScaleConfig", "BenchLargeBatchConfig",
-           "BenchAllConfig", "DemoConfig", "DoctorConfig", "ClusterCheckConfig", "PrepareConfig",
-           "CheckVideosConfig", "BENCH_MODELS", "BENCH_DATA", "BENCH_COMM", "BENCH_SCALE", "BENCH_LARGE_BATCH",
-           "BENCH_ALL", "DEMO", "DOCTOR", "PREPARE", "CHECK_VIDEOS", "TOOL_COMMANDS", "command_values",
-           "split_strs", "split_ints", "split_floats"]
+           "BenchMultigridConfig", "BenchAllConfig", "DemoConfig", "DoctorConfig", "ClusterCheckConfig",
+           "PrepareConfig", "CheckVideosConfig", "BENCH_MODELS", "BENCH_DATA", "BENCH_COMM", "BENCH_SCALE",
+           "BENCH_LARGE_BATCH", "BENCH_MULTIGRID", "BENCH_ALL", "DEMO", "DOCTOR", "PREPARE", "CHECK_VIDEOS",
+           "TOOL_COMMANDS", "command_values", "split_strs", "split_ints", "split_floats"]
 
 
 def split_strs(text: str) -> tuple[str, ...]:
@@ -209,7 +209,7 @@ class BenchLargeBatchConfig:
     headroom: int | None = opt(None, "epochs factor of the base batch's longer run (is the base near "
                                "convergence?); 0: none (default 2)")
     sgd_lrs: tuple[float, ...] | None = opt(None, "(a) SGD lrs swept at the base batch, 1 to 4 (default "
-                                            "0.0025,0.005,0.01)", parse=split_floats)
+                                            "0.005,0.01,0.02)", parse=split_floats)
     lars_lrs: tuple[float, ...] | None = opt(None, "(b) LARS lrs swept at the largest batch (default 4,8,16)",
                                              parse=split_floats)
     lamb_lrs: tuple[float, ...] | None = opt(None, "(c) LAMB lrs swept at the largest batch (default "
@@ -228,6 +228,33 @@ class BenchLargeBatchConfig:
                             "recorded so far (a study in progress)")
     results_dir: str | None = opt(None, "also copy large_batch.json/.md/.png and rows/ into this tracked folder "
                                   "(e.g. results/large_batch)")
+
+
+#: the study's time, :func:`tsm_ds.experiments.multigrid_study.plan.estimate_text` of the defaults (a test keeps
+#: them equal), and the pilot's costs it rests on (docs/multigrid.md, "What it did here")
+MULTIGRID_ESTIMATE = ("Estimate of the full study (defaults; per-step costs of a pilot through the trainer on the "
+                      "2-core machine, resnet18 T=4 32 px, one thread, 2026-12-05): PENDING. Resumable: a rerun "
+                      "skips the runs recorded in OUT/rows/.")
+
+
+@dataclass
+class BenchMultigridConfig:
+    """``tsm-ds bench multigrid`` (:func:`tsm_ds.experiments.multigrid_study.run_study`). Values left unset
+    are those of the full study or of ``--quick`` (:class:`tsm_ds.experiments.multigrid_study.plan.MGSettings`,
+    ``QUICK``); the base recipe's epochs, lr steps and lr, the schedule and precise BatchNorm's batches are
+    the training fields ``--epochs``, ``--lr-steps``, ``--lr``, ``--multigrid``, ``--precise-bn-batches``."""
+
+    out_dir: str = opt("bench_out/multigrid", "output folder (runs start in it)", aliases=("--out",))
+    quick: bool = opt(False, "tiny data and runs: checks both arms, precise BatchNorm and the report, not accuracy")
+    seeds: tuple[int, ...] | None = opt(None, "training seeds, every arm runs each (default 0,1)", parse=split_ints)
+    epoch_factors: tuple[float, ...] | None = opt(None, "--multigrid-epoch-factor of the multigrid arms, one arm "
+                                                  "each (default 1.5,1)", parse=split_floats)
+    overwrite: bool = opt(False, "rerun runs already recorded in OUT/rows/")
+    keep_checkpoints: bool = opt(False, "keep every run's checkpoints and models")
+    report_only: bool = opt(False, "run nothing: write (and with --results-dir publish) the report of the runs "
+                            "recorded so far (a study in progress)")
+    results_dir: str | None = opt(None, "also copy multigrid.json/.md and rows/ into this tracked folder "
+                                  "(e.g. results/multigrid)")
 
 
 #: the benches of ``tsm-ds bench all`` in run order (:data:`tsm_ds.bench.runner.ALL_ORDER`)
@@ -407,6 +434,24 @@ BENCH_LARGE_BATCH = Command(
     epilog="--micro-batch-size: clips per micro-batch at the base batch (default 8; --quick: 2). "
            + LARGE_BATCH_ESTIMATE)
 
+BENCH_MULTIGRID = Command(
+    prog="tsm-ds bench multigrid", sections=("bench_multigrid",),
+    fields=("schedule.epochs", "schedule.lr_steps", "schedule.lr", "schedule.multigrid", "schedule.precise_bn_batches"),
+    defaults={"schedule.epochs": None, "schedule.lr": None, "schedule.multigrid": "long",
+              "schedule.precise_bn_batches": None},
+    description=("Multigrid (Wu et al., CVPR 2020) on the large-batch study's task: TSM-ResNet-18 T=4 32 px on the\n"
+                 "motion demo data (preset 'hard'), base batch 8, SGD with a stepwise lr (10 epochs, x0.1 at 6 and\n"
+                 "8), against the same recipe with --multigrid long at epoch factors 1.5 and 1.0; 2 seeds each; every\n"
+                 "evaluation at the base shape after precise BatchNorm (both arms). Reports per run the final top-1,\n"
+                 "the training time (evaluations apart), time to the base's final top-1 in seconds, optimizer steps\n"
+                 "and clips x frames x pixels, seconds per step by clip shape; per arm the large-batch study's pass\n"
+                 "rule and the goal (pass, and <= 0.67x the base's training time). Runs one after another (pin the\n"
+                 "command to one core: taskset -c 1, OMP_NUM_THREADS=1), each row written when its run ends (a rerun\n"
+                 "skips recorded rows); --report-only reports (and with --results-dir publishes) a study in progress."),
+    epilog="--epochs / --lr-steps / --lr: the base recipe's (default 10 / 6 8 / 0.005 at batch 8; --quick: 4 / 2 3 / "
+           "0.01 at batch 2); --multigrid: the arms' cycle (default long); --precise-bn-batches: before every "
+           "evaluation of every run (default 50; --quick: 2). " + MULTIGRID_ESTIMATE)
+
 BENCH_ALL = Command(prog="tsm-ds bench all", sections=("bench_all",),
                     description="Every bench but large-batch, each in its own process, then summary.md and the plots.")
 
@@ -451,8 +496,8 @@ CHECK_VIDEOS = Command(prog="tsm-ds check-videos", sections=("check_videos",),
 #: command name (``tsm-ds <name>``) -> its Command
 TOOL_COMMANDS: dict[str, Command] = {
     "bench models": BENCH_MODELS, "bench data": BENCH_DATA, "bench comm": BENCH_COMM, "bench scale": BENCH_SCALE,
-    "bench large-batch": BENCH_LARGE_BATCH, "bench all": BENCH_ALL, "demo": DEMO, "doctor": DOCTOR,
-    "prepare": PREPARE, "check-videos": CHECK_VIDEOS}
+    "bench large-batch": BENCH_LARGE_BATCH, "bench multigrid": BENCH_MULTIGRID, "bench all": BENCH_ALL,
+    "demo": DEMO, "doctor": DOCTOR, "prepare": PREPARE, "check-videos": CHECK_VIDEOS}
 
 
 def command_values(cmd: Command, tree: Any) -> dict[str, Any]:

@@ -54,7 +54,7 @@ class GpuSettings:
     val_per_class: int = 250
     epochs: int = 15
     warmup_epochs: float = 5.0
-    sgd_lr: float = 0.005
+    sgd_lr: float = 0.01
     lars_lr: float = 128.0
     lamb_lr: float = 0.04
     recipes: tuple[str, ...] = ("sgd", "lars", "lamb")
