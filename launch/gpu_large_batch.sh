@@ -6,7 +6,7 @@
 #   bash launch/gpu_large_batch.sh --plan-only --workers 16 # the plan and the printed estimate, run nothing
 #   bash launch/gpu_large_batch.sh --dry-run --out DIR      # on CPU: the same code at tiny sizes (the tests)
 #
-# Grid (tsm_ds/experiments/large_batch/gpu.py): TSM-R18 T=4 32 px from scratch, batches 128 / 512 /
+# Grid (tsm_ds/experiments/large_batch/gpu.py, entry point tsm_ds/cli/gpu_large_batch.py): TSM-R18 T=4 32 px from scratch, batches 128 / 512 /
 # 4,096 (32x), 15 epochs of 81,920 clips = 300 optimizer steps at 4,096 (20 per epoch), BatchNorm over
 # groups of 8 clips (ghost BatchNorm: the paper's 8 clips per GPU), bf16 autocast, the data rendered
 # by the CPU cores and held on the GPU (16 GB of uint8 frames); (a) SGD with the linear rule and a
@@ -38,4 +38,4 @@ done
 # gpu_check.sh installs tsm_ds and its wheels into /tmp/site; else this checkout
 if [ -d /tmp/site/tsm_ds ]; then export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 else export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"; fi
-exec "$PY" -m tsm_ds.experiments.large_batch.gpu "${KW[@]}"
+exec "$PY" -m tsm_ds.cli.gpu_large_batch "${KW[@]}"

@@ -414,9 +414,11 @@ def test_gpu_grid_fits_ten_minutes_by_its_estimate_and_runs_on_the_cpu(tmp_path,
     assert main(out=str(tmp_path / "p"), plan_only=True, workers=16) == 0
     assert "total 428 s for 5 runs" in capsys.readouterr().out
     assert main(out=str(tmp_path / "p"), plan_only=True, workers=2) == 2     # 264 s of rendering: over budget
-    from tsm_ds.experiments.large_batch.gpu import _kwargs
+    from tsm_ds.cli.gpu_large_batch import main as cli
+    from tsm_ds.experiments.large_batch.gpu import kwargs_of
 
-    assert _kwargs(["mode=smoke", "workers=16", "plan_only=1"]) == {"mode": "smoke", "workers": 16, "plan_only": True}
+    assert kwargs_of(["mode=smoke", "workers=16", "plan_only=1"]) == {"mode": "smoke", "workers": 16, "plan_only": True}
     with pytest.raises(ValueError, match="KEY=VALUE"):
-        _kwargs(["--smoke"])
+        kwargs_of(["--smoke"])
+    assert cli(["--smoke"]) == 2 and cli([f"out={tmp_path / 'c'}", "plan_only=1", "workers=16", "mode=smoke"]) == 0
     # the loop itself: --dry-run inside launch/gpu_check.sh --dry-run (tests/cli/test_doctor_cli.py, slow)

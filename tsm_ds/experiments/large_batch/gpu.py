@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["GpuSettings", "GPU_COST", "SMOKE", "DRY", "gpu_plan", "gpu_estimate", "main"]
+__all__ = ["GpuSettings", "GPU_COST", "SMOKE", "DRY", "MAIN_KEYS", "gpu_plan", "gpu_estimate", "kwargs_of", "main"]
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,8 @@ def evaluate(s: GpuSettings, model: Any, data: dict[str, Any]) -> float:
     return 100.0 * correct / data["val"].shape[0]
 
 
-#: the keywords of :func:`main` and their types (``launch/gpu_large_batch.sh`` passes ``KEY=VALUE``)
+#: the keywords of :func:`main` and their types (``launch/gpu_large_batch.sh`` passes ``KEY=VALUE`` to
+#: :mod:`tsm_ds.cli.gpu_large_batch`)
 MAIN_KEYS = {"out": str, "mode": str, "plan_only": lambda v: v in ("1", "true", "yes"), "budget_s": float,
              "workers": int, "sgd_lr": float, "lars_lr": float, "lamb_lr": float}
 
@@ -340,7 +341,7 @@ def main(out: str = "gpu_large_batch_out", mode: str = "full", plan_only: bool =
     return 0 if any(r["status"] == "completed" for r in rows) else 1
 
 
-def _kwargs(args: Sequence[str]) -> dict[str, Any]:
+def kwargs_of(args: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` words as :func:`main`'s keywords (ValueError: an unknown key or a bad value)."""
     kw = {}
     for word in args:
@@ -350,6 +351,3 @@ def _kwargs(args: Sequence[str]) -> dict[str, Any]:
         kw[key] = MAIN_KEYS[key](value)
     return kw
 
-
-if __name__ == "__main__":
-    sys.exit(main(**_kwargs(sys.argv[1:])))
