@@ -14,6 +14,9 @@ from tsm_ds.data.records import VideoRecord
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_a_workers_index_cache_is_the_datasets_whatever_the_start_method(shared_data, tmp_path, start):
+    from tsm_ds.data.video import clear_index_cache
+
+    clear_index_cache()   # a forked worker inherits this process's in-memory indexes: start it cold
     videos = sorted((shared_data / "videos").rglob("*.mp4"))[:2]
     cache = tmp_path / "index_cache"
     ds = VideoClipDataset([VideoRecord(str(v), i) for i, v in enumerate(videos)], num_segments=2, img_size=32,
