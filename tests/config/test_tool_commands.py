@@ -17,7 +17,8 @@ from tsm_ds.config.env import VARIABLES
 REPO = Path(__file__).resolve().parents[2]
 #: the command modules of the tools, each with ``COMMAND`` and ``build_parser()``
 TOOL_MODULES = {"bench models": "bench_models", "bench data": "bench_data", "bench comm": "bench_comm",
-                "bench scale": "bench_scale", "bench large-batch": "bench_large_batch", "demo": "demo",
+                "bench scale": "bench_scale", "bench large-batch": "bench_large_batch",
+                "bench multigrid": "bench_multigrid", "demo": "demo",
                 "doctor": "doctor", "prepare": "prepare", "check-videos": "check_videos"}
 
 

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("tsm_ds.cli.prepare", "prepare a video tree for training: packs (.jpack, the default), re-encoded "
                 "video or JPEG frames; list files; --shards for litdata chunks"),
     "check-videos": ("tsm_ds.cli.check_videos", "scan a dataset and report unreadable videos"),
-    "bench": ("tsm_ds.cli.bench", "benchmarks: models, data, comm, scale, large-batch, all"),
+    "bench": ("tsm_ds.cli.bench", "benchmarks: models, data, comm, scale, large-batch, multigrid, all"),
     "config": ("tsm_ds.cli.config",
                "the engine JSON resolved for N ranks (\"auto\" filled), steps and lrs, without training"),
     "demo": ("tsm_ds.cli.demo", "generate the motion-direction demo dataset and train TSM vs TSN on it"),

@@ -37,6 +37,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "scale": ("tsm_ds.cli.bench_scale", "analytic scaling model: 6 -> 1,536 GPUs, TSM vs I3D, what-ifs"),
     "large-batch": ("tsm_ds.cli.bench_large_batch", "accuracy against the global batch in the paper's regime "
                     "(8 -> 256 clips), SGD linear rule / LARS / LAMB via the trainer (not in 'all': ~6 h on 2 cores)"),
+    "multigrid": ("tsm_ds.cli.bench_multigrid", "multigrid shape schedule against the base recipe on the large-batch "
+                  "study's task: top-1, training time, time to the base's top-1 (not in 'all': hours on one core)"),
 }
 
 
@@ -44,8 +46,8 @@ def _usage() -> str:
     width = max(len(n) for n in BENCHES)
     lines = ["usage: tsm-ds bench <bench> [options]", "", "benches:"]
     lines += [f"  {n.ljust(width)}  {h}" for n, (_, h) in BENCHES.items()]
-    lines += [f"  {'all'.ljust(width)}  every bench above but large-batch (--quick on CPU, full size on a GPU), "
-              "then summary.md and the PNG plots",
+    lines += [f"  {'all'.ljust(width)}  every bench above but large-batch and multigrid (--quick on CPU, full size "
+              "on a GPU), then summary.md and the PNG plots",
               "", "Run 'tsm-ds bench <bench> --help' for a bench's options."]
     return "\n".join(lines)
 

@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     b = cfg.bench_scale
     _check(b, cfg.schedule.epochs)
     from tsm_ds.bench.scaling import format_duration, write_scale_report
+    from tsm_ds.bench.scaling.scale_report import TARGET_S as PAPER_TIME_S
 
     options = dataclasses.asdict(b)
     out_dir = options.pop("out_dir")
@@ -74,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     print(line)
     print(f"I3D at {d['gpus']} GPUs: {format_duration(d['i3d_time_s'])} ({d['i3d_over_tsm_time']:.2f}x TSM); "
           f"efficiency TSM {100 * d['tsm_efficiency']:.1f} % / I3D {100 * d['i3d_efficiency']:.1f} %")
+    for r in res.multigrid:
+        if "error" not in r:
+            a = r["at_gpus"]
+            print(f"multigrid long cycle x{r['epoch_factor']:g} epochs at {b.gpus} GPUs: {a['train_time']} "
+                  f"({a['step_factor']:.3f}x the optimizer steps); {r['gpus_for_target'] or 'no count of'} GPUs reach "
+                  f"{format_duration(PAPER_TIME_S)} (without it {r['base_gpus_for_target']})")
     print(f"wrote {rep.json_path}, {rep.md_path}" + (f", {rep.png}" if rep.png else ""))
     return 0
 

@@ -27,6 +27,7 @@ from tsm_ds.config.tools import (
     BenchDataConfig,
     BenchLargeBatchConfig,
     BenchModelsConfig,
+    BenchMultigridConfig,
     BenchScaleConfig,
     CheckVideosConfig,
     ClusterCheckConfig,
@@ -52,6 +53,10 @@ def _multigrid_mode(text: str) -> str:
     if text not in MULTIGRID_CHOICES:
         raise ValueError(f"--multigrid {text!r}: choose one of {', '.join(MULTIGRID_CHOICES)}")
     return text
+
+
+#: ``--precise-bn-batches`` with ``--multigrid`` when not given (PySlowFast's ``BN.NUM_BATCHES_PRECISE``)
+PRECISE_BN_DEFAULT = 200
 
 
 def _at_least(flag: str, low: float, kind: type) -> object:
@@ -216,9 +221,18 @@ class ScheduleConfig:
     multigrid_epoch_factor: float = opt(1.5, "a multigrid schedule trains --epochs x this many epochs (PySlowFast's "
                                         "EPOCH_FACTOR: more epochs, fewer optimizer steps)", parse=_positive_float)
     eval_batch_size: int | None = opt(None, "clips per rank per validation batch (default: the micro-batch)")
-    precise_bn_batches: int = opt(200, "with --multigrid: BatchNorm statistics recomputed before each evaluation "
-                                  "over this many training micro-batches at the base shape (PySlowFast's "
-                                  "NUM_BATCHES_PRECISE; 0: off)", parse=_at_least("--precise-bn-batches", 0, int))
+    precise_bn_batches: int | None = opt(None, "BatchNorm statistics recomputed before each evaluation over this "
+                                         "many training micro-batches at the base shape (PySlowFast's "
+                                         "NUM_BATCHES_PRECISE; default: 200 with --multigrid, off without; a value "
+                                         "given applies to any run, so a one-shape base is evaluated alike; 0: off)",
+                                         parse=_at_least("--precise-bn-batches", 0, int))
+
+    def precise_bn(self) -> int:
+        """Micro-batches of precise BatchNorm before each evaluation: ``precise_bn_batches`` when given,
+        else :data:`PRECISE_BN_DEFAULT` with a multigrid schedule and 0 (off) without."""
+        if self.precise_bn_batches is not None:
+            return int(self.precise_bn_batches)
+        return PRECISE_BN_DEFAULT if self.multigrid != "none" else 0
 
     def multigrid_options(self) -> dict:
         """The keyword options of :func:`tsm_ds.engine.loop.multigrid.build_schedule` these fields give
@@ -441,6 +455,7 @@ class Config:
     bench_comm: BenchCommConfig = field(default_factory=BenchCommConfig)
     bench_scale: BenchScaleConfig = field(default_factory=BenchScaleConfig)
     bench_large_batch: BenchLargeBatchConfig = field(default_factory=BenchLargeBatchConfig)
+    bench_multigrid: BenchMultigridConfig = field(default_factory=BenchMultigridConfig)
     bench_all: BenchAllConfig = field(default_factory=BenchAllConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
     doctor: DoctorConfig = field(default_factory=DoctorConfig)

@@ -239,6 +239,7 @@ class ScalingResult:
     whatifs: list[dict[str, Any]]
     sensitivity: list[dict[str, Any]] = field(default_factory=list)
     assumptions: dict[str, Any] = field(default_factory=dict)
+    multigrid: list[dict[str, Any]] = field(default_factory=list)   # :func:`.multigrid.multigrid_summary`
 
 
 def run_model(tsm: Workload, i3d: Workload, cluster: Cluster, *, counts: Sequence[int],

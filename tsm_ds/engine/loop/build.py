@@ -61,9 +61,10 @@ class EngineParts:
         sampler, loader_gen, loader, val_loader: :func:`tsm_ds.engine.loop.loaders.build_loaders`.
         val_subset: the capped validation subset of intermediate evaluations
             (:func:`tsm_ds.engine.loop.cadence.val_subset`), None without ``--eval-max-clips``.
-        bn_loader: with a multigrid schedule, training micro-batches at the base shape (a plain
-            shuffled loader) whose forward passes recompute BatchNorm's statistics before each
-            evaluation (:func:`tsm_ds.engine.loop.evaluate.precise_bn_stats`); else None.
+        bn_loader: with a multigrid schedule (or ``--precise-bn-batches`` given for a one-shape run),
+            training micro-batches at the base shape (a plain shuffled loader) whose forward passes
+            recompute BatchNorm's statistics before each evaluation
+            (:func:`tsm_ds.engine.loop.evaluate.precise_bn_stats`); else None.
         ckpt: the checkpoint manager; guard: the divergence guard; bad: the bad-file tracker.
         reduce: ``f([floats]) -> [sums over ranks]``.
         to_device: ``f(clip) -> input``: a batch's uint8 (N, T, 3, H, W) clips moved to ``device``,
@@ -205,7 +206,7 @@ def build_engine(model, train_set, val_set, raw: dict, s: TrainSettings, *, para
         train_set, val_set, micro=micro, world=world, rank=rank, seed=sch.seed, num_workers=workers,
         eval_batch_size=sch.eval_batch_size, cuda=cuda, schedule=schedule, accum=accum)
     bn_loader = None
-    if schedule is not None and sch.precise_bn_batches > 0:   # base-shape batches for precise BatchNorm
+    if sch.precise_bn() > 0:   # base-shape batches for precise BatchNorm (with --multigrid, or asked for)
         bn_loader = build_loaders(train_set, None, micro=micro, world=world, rank=rank, seed=sch.seed + 1,
                                   num_workers=workers, cuda=cuda)[2]
     subset = val_subset(val_set, sch.eval_max_clips, seed=sch.seed, world=world, rank=rank,

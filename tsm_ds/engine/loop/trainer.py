@@ -78,6 +78,7 @@ class Trainer:
         self.hooks = hooks if hooks is not None else default_hooks(settings)
         self.state, self.parts = RunState(), None
         self._lr_factor, self._n_micro, self._shape = 1.0, 0, None   # the epoch's (multigrid: its stage's)
+        self._t_fit = time.perf_counter()   # fit() resets it: the history's wall_s count from there
 
     def setup(self) -> None:
         """Build the engine and everything around it (:func:`tsm_ds.engine.loop.build.build_engine`)."""
@@ -125,7 +126,7 @@ class Trainer:
             self.bar = tqdm(total=p.layout.total_steps, initial=st.step,
                             disable=p.layout.rank != 0 or not self.c.logging.progress,
                             desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
-            start_step = st.step
+            start_step, self._t_fit = st.step, time.perf_counter()
             while True:
                 try:
                     result = self._run(*position, start_step)
@@ -303,13 +304,17 @@ class Trainer:
         st, lay = self.state, self.parts.layout
         if not (last or self.hooks.validation_due(st.step, micro_i // lay.accum, self._n_micro // lay.accum)):
             return {}
-        self._precise_bn()
+        t0 = time.perf_counter()
+        bn_s = self._precise_bn()
         val = self.evaluate(full=last)
         if val:   # the budget over the clips this evaluation covered (the same on every rank)
             check_data_loss("val", val["lost"]["files"], val["lost"]["total"], self.c.data.max_bad_fraction,
                             step=st.step)
+            # times (s, this process): since fit() began at the evaluation's start, and the evaluation's own
+            # (precise BatchNorm included): training time to here = wall_s - the earlier evaluations' eval_s
             st.history.append({"epoch": epoch, "step": st.step, "val_top1": val["top1"], "val_top5": val["top5"],
-                               "val_clips": val["count"]})
+                               "val_clips": val["count"], "wall_s": round(t0 - self._t_fit, 3),
+                               "eval_s": round(time.perf_counter() - t0, 3), "precise_bn_s": bn_s})
             self.hooks.on_metrics({"val/top1": val["top1"], "val/top5": val["top5"], "val/clips": val["count"],
                                    "val/loss": val.get("loss")}, st.step)
             if lay.rank == 0:
@@ -321,22 +326,24 @@ class Trainer:
                 self._export("best_model.pt", {"epoch": epoch, "step": st.step, "val_top1": val["top1"]}, check=False)
         return val
 
-    def _precise_bn(self) -> None:
-        """With a multigrid schedule: BatchNorm statistics recomputed at the base shape before an evaluation
-        (``--precise-bn-batches`` micro-batches; :func:`.evaluate.precise_bn_stats`), its time logged as
-        ``val/precise_bn_s``."""
+    def _precise_bn(self) -> float | None:
+        """With a multigrid schedule (or ``--precise-bn-batches`` given): BatchNorm statistics recomputed at
+        the base shape before an evaluation (:meth:`~tsm_ds.config.tree.ScheduleConfig.precise_bn`
+        micro-batches; :func:`.evaluate.precise_bn_stats`), its time logged as ``val/precise_bn_s``.
+        Returns those seconds (None: off)."""
         p = self.parts
         if p.bn_loader is None:
-            return
+            return None
         t0 = time.perf_counter()
         p.bn_loader.sampler.set_epoch(self.state.step)   # other clips each time, the same on every rank
         used = precise_bn_stats(p.engine.module, (p.to_device(b["clip"]) for b in p.bn_loader),
-                                self.c.schedule.precise_bn_batches)
+                                self.c.schedule.precise_bn())
         secs = time.perf_counter() - t0
         if p.layout.rank == 0:
             log.info("precise BatchNorm at step %d: statistics of %d base-shape micro-batches per rank, %.1f s",
                      self.state.step, used, secs)
         self.hooks.on_metrics({"val/precise_bn_s": secs, "val/precise_bn_batches": used}, self.state.step)
+        return round(secs, 3)
 
     def _export(self, name: str, extra: dict, *, check: bool = True) -> None:
         """Check the weights (every rank; DivergenceError), then export the module to ``<run>/<name>`` on rank 0."""
