@@ -142,6 +142,7 @@ def test_run_commands_hold_the_regime(tmp_path):
     cfg, _ = parse(TRAIN, Config, train_command(big, s, data, Path("runs"))[3:])
     assert (cfg.schedule.batch_size, cfg.schedule.micro_batch_size, cfg.model.ghost_bn_clips) == (256, 64, 8)
     assert (cfg.schedule.warmup_epochs, cfg.schedule.epochs, cfg.schedule.lr) == (5.0, 15, None)
+    assert cfg.model.zero_init_residual == "off"            # it kept TSM from scratch at chance (the pilots)
     assert cfg.data.flip is False and cfg.output.output_dir == "runs"
     base = plan_stage(s, tmp_path, "sgd_sweep", ch)[0]
     cfg, _ = parse(TRAIN, Config, train_command(base, s, data, Path("runs"))[3:])

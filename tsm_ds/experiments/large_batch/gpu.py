@@ -44,6 +44,8 @@ class GpuSettings:
         warmup_epochs: linear warm-up above the base batch (Goyal et al. 2017, Sec. 2.2).
         sgd_lr: (a)'s lr per 8 clips (linear rule); lars_lr, lamb_lr: (b) / (c) at the largest batch.
         recipes: which of sgd / lars / lamb run at the largest batch ((a) also at every batch).
+        zero_init_residual: Goyal et al.'s zero gamma (off, as the CPU study: it kept TSM from
+            scratch at chance there, :class:`.grid.StudySettings`).
         seed, workers (CPU processes rendering the data), device, bf16.
     """
 
@@ -58,6 +60,7 @@ class GpuSettings:
     lars_lr: float = 128.0
     lamb_lr: float = 0.04
     recipes: tuple[str, ...] = ("sgd", "lars", "lamb")
+    zero_init_residual: bool = False
     seed: int = 0
     workers: int = 0
     device: str = "cuda"
@@ -205,7 +208,8 @@ def train_one(s: GpuSettings, run: dict[str, Any], data: dict[str, Any], log: An
     torch.manual_seed(s.seed)
     gen = torch.Generator(device=dev).manual_seed(s.seed)
     model = build_model("resnet18", 8, num_segments=s.num_segments, dropout=0.0).to(dev)
-    zero_init_residual(model)
+    if s.zero_init_residual:
+        zero_init_residual(model)
     use_ghost_bn(model, s.ghost_bn_clips)
     opt = _optimizer(model, run["recipe"], run["lr"])
     total, warm, b = run["steps"], run["warmup_steps"], run["batch"]

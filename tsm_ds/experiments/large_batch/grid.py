@@ -18,7 +18,8 @@ gradual warm-up of Goyal et al. 2017, Sec. 2.1-2.2), in miniature on the motion 
 Recipes (each an engine JSON derived from a shipped recipe, written into ``<out>/recipes/``):
 
 - ``sgd`` (a), the paper's: ``ds_configs/cpu_sgd_large_batch.json`` (SGD momentum 0.9, the linear
-  rule, zero-init residual gamma, no weight decay on BatchNorm and biases), its base lr swept at the
+  rule, no weight decay on BatchNorm and biases; its zero-init residual gamma off for every run:
+  ``StudySettings.zero_init_residual``), its base lr swept at the
   base batch over ``sgd_lrs`` (3 values a factor 2 apart) and scaled linearly to every batch;
 - ``lars`` (b): ``ds_configs/cpu_lars.json`` (You, Gitman, Ginsburg 2017; every group adapted,
   trust ratio clipped at the lr), its lr swept at the largest batch over ``lars_lrs``, as LARS
@@ -89,11 +90,17 @@ class StudySettings:
         arch, num_segments (T), img_size (crop side, px), shift_div, dropout: the model.
         warmup_epochs: the linear warm-up above the base batch, in epochs (Goyal et al. 2017,
             Sec. 2.2: 5); none at the base batch.
-        sgd_lrs: (a)'s lrs at the base batch (3, a factor 2 apart). A pilot at 0.0025 (about Goyal
-            et al.'s 0.1 per 256 clips, 0.0031 per 8) sat at chance for 2,880 steps (val top-1
-            12.8-16.6 %, 2026-12-05) where the 2026-12-02 SGD at 0.003 with its head at x5 had
-            reached 72 % in 3,200: the sweep starts at twice it; the recipe test's 0.02 at batch 8
-            learns its easy task.
+        zero_init_residual: train.py ``--zero-init-residual`` of every run ("off"). Goyal et al.'s
+            zero gamma closes every residual branch at the start, and TSM's shift lives in the
+            residual branch (``blockres``): from scratch on this task, where only the order of frames
+            tells the classes apart, SGD at lr 0.005 sat at chance with it (12.8 % at step 960,
+            ~17 % after 8,000) and reached 49.2 % at step 960 without it (2026-12-05 pilots,
+            docs/large-batch.md). The paper fine-tunes from ImageNet weights, where the trainer
+            never zero-inits.
+        sgd_lrs: (a)'s lrs at the base batch (3, a factor 2 apart), set after a pilot at 0.0025
+            (about Goyal et al.'s 0.1 per 256 clips) sat at chance for 2,880 steps, a failure later
+            traced to the zero gamma (``zero_init_residual``), not to the lr; the recipe test's 0.02
+            at batch 8 learns its easy task.
         lars_lrs, lamb_lrs: (b) / (c) lrs at the largest batch (LARS: up to the linear rule from
             the lr 0.5 that learned best at batch 8 in the study of 2026-12-02, 16 at 256; LAMB:
             around the square-root rule from that study's 0.005 at 8, 0.028 at 256, lower first as
@@ -136,6 +143,7 @@ class StudySettings:
     shift_div: int = 8
     dropout: float = 0.0
     warmup_epochs: float = 5.0
+    zero_init_residual: str = "off"
     sgd_lrs: tuple[float, ...] = (0.005, 0.01, 0.02)
     lars_lrs: tuple[float, ...] = (4.0, 8.0, 16.0)
     lamb_lrs: tuple[float, ...] = (0.005, 0.01, 0.02)

@@ -38,7 +38,8 @@ def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any
     (:data:`tsm_ds.config.commands.TRAIN`): horizontal flip off (the classes are directions), the
     global batch as micro-batch x accumulation at world size 1 (:meth:`StudySettings.micro_for`),
     ghost BatchNorm over ``ghost_bn_clips`` inside a larger micro-batch, ``spec.epochs_factor`` x
-    the study's epochs, ``--warmup-epochs`` (:meth:`StudySettings.warmup_epochs_for`), ``--lr`` only
+    the study's epochs, ``--warmup-epochs`` (:meth:`StudySettings.warmup_epochs_for`),
+    ``--zero-init-residual`` (``settings.zero_init_residual``), ``--lr`` only
     for an isolation run with ``lr_mult`` != 1 (the rule's lr times it), the study's validation
     cadence (the last evaluation scores the whole validation set), one checkpoint kept."""
     from tsm_ds.config import Config, to_argv
@@ -51,7 +52,7 @@ def train_command(spec: RunSpec, settings: StudySettings, data: Mapping[str, Any
         "data.classes": str(Path(data["root"]) / "classes.txt"), "data.flip": False,
         "model.arch": s.arch, "model.num_segments": s.num_segments, "data.img_size": s.img_size,
         "model.shift": "bidirectional", "model.shift_div": s.shift_div, "model.dropout": s.dropout,
-        "model.ghost_bn_clips": s.ghost_for(spec.batch),
+        "model.ghost_bn_clips": s.ghost_for(spec.batch), "model.zero_init_residual": s.zero_init_residual,
         "schedule.epochs": s.epochs * spec.epochs_factor, "schedule.batch_size": spec.batch,
         "schedule.micro_batch_size": s.micro_for(spec.batch),
         "schedule.warmup_epochs": s.warmup_epochs_for(spec.batch), "schedule.seed": spec.seed,
