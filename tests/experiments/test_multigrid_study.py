@@ -64,25 +64,28 @@ def test_steps_and_costs_are_the_schedules():
 
 
 def _hist(*rows):
-    return [{"step": st, "val_top1": t, "val_clips": 500, "wall_s": w, "eval_s": e, "precise_bn_s": 1.0}
-            for st, t, w, e in rows]
+    return [{"step": st, "val_top1": t, "val_clips": 500, "wall_s": w, "eval_s": e, "precise_bn_s": 1.0,
+             "cpu_s": w / 2, "eval_cpu_s": e / 2} for st, t, w, e in rows]
 
 
 def test_timeline_leaves_evaluations_out_and_time_to_target():
     tl = report.timeline(_hist((320, 20.0, 100.0, 10.0), (640, 50.0, 210.0, 10.0), (960, 60.0, 320.0, 30.0)))
     assert [h["train_s"] for h in tl] == [100.0, 200.0, 300.0]
+    assert [h["train_cpu_s"] for h in tl] == [50.0, 100.0, 150.0]   # CPU seconds, evaluations' CPU apart
     row = {"status": "completed", "timeline": tl, "steps": 960, "planned_steps": 6400, "epoch_factor": None}
     m = report.run_metrics(row, MGSettings(), target=50.0)
-    assert m["train_s"] == 300.0 and m["eval_s"] == 50.0 and m["precise_bn_s"] == 3.0
-    assert m["to_target"] == {"train_s": 200.0, "step": 640, "top1": 50.0, "cost": 640 * 8 * 4 * 1024}
+    assert m["train_s"] == 300.0 and m["eval_s"] == 50.0 and m["precise_bn_s"] == 3.0 and m["train_cpu_s"] == 150.0
+    assert m["to_target"] == {"train_s": 200.0, "train_cpu_s": 100.0, "step": 640, "top1": 50.0,
+                              "cost": 640 * 8 * 4 * 1024}
     assert m["schedule_ok"] is True and report.run_metrics(row, MGSettings(), target=61.0)["to_target"] is None
 
 
-def _row(arm, seed, top1, train_s, *, factor=None, steps=6400):
-    hit = {"train_s": train_s / 2, "step": steps // 2, "cost": steps * 5, "top1": top1}
+def _row(arm, seed, top1, train_s, *, factor=None, steps=6400, cpu=None):
+    hit = {"train_s": train_s / 2, "train_cpu_s": None if cpu is None else cpu / 2, "step": steps // 2,
+           "cost": steps * 5, "top1": top1}
     return {"name": f"{arm}_s{seed}", "arm": arm, "seed": seed, "status": "completed", "val_top1": top1,
             "epoch_factor": factor, "steps": steps,
-            "metrics": {"train_s": train_s, "steps": steps, "cost": steps * 10, "to_target": hit}}
+            "metrics": {"train_s": train_s, "train_cpu_s": cpu, "steps": steps, "cost": steps * 10, "to_target": hit}}
 
 
 def test_verdict_is_the_large_batch_pass_rule_and_the_speed_goal():
@@ -102,8 +105,15 @@ def test_verdict_is_the_large_batch_pass_rule_and_the_speed_goal():
     assert v["arms"]["mg_x1"]["goal"] == "pending"           # one seed of two
     slow = [*rows[:2], _row("mg_x1.5", 0, 81.0, 700.0, factor=1.5), _row("mg_x1.5", 1, 81.0, 700.0, factor=1.5)]
     assert report.verdicts(slow, s)["arms"]["mg_x1.5"]["goal"] == "missed"
+    # CPU seconds where recorded decide (a co-tenant slowed the base's wall time, not its CPU time)
+    cpu = [_row("base", 0, 80.0, 2000.0, cpu=1000.0), _row("base", 1, 82.0, 1000.0, cpu=1000.0),
+           _row("mg_x1.5", 0, 80.5, 600.0, factor=1.5, cpu=700.0), _row("mg_x1.5", 1, 81.0, 640.0, factor=1.5,
+                                                                          cpu=700.0)]
+    a = report.verdicts(cpu, s)["arms"]["mg_x1.5"]
+    assert a["speed"] == pytest.approx(620 / 1500) and a["speed_cpu"] == pytest.approx(0.7) and a["goal"] == "missed"
+    assert "training CPU time 0.70x" in a["goal_text"] and a["to_target_speed"] == pytest.approx(0.35)
     md = report.verdict_table(report.verdicts(rows, s)) + report.runs_table(rows)
-    assert "| mg_x1.5 | 2 | 80.8 | 81.0 | -0.2 |" in md and "**met**" in md
+    assert "| mg_x1.5 | 2 | 80.8 | 81.0 | -0.2 |" in md and "**met**" in md and "| - (0.62) |" in md
 
 
 def test_help_shows_the_libraries_estimate():
@@ -154,6 +164,7 @@ def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
     for r in rep["rows"]:
         assert r["status"] == "completed" and r["metrics"]["schedule_ok"]
         assert r["timeline"] and all(h["precise_bn_s"] is not None for h in r["timeline"])   # the base too
+        assert all(h["train_cpu_s"] > 0 and h["eval_cpu_s"] > 0 for h in r["timeline"])
         assert r["shapes"] and r["metrics"]["train_s"] > 0
     assert {(s["frames"], s["crop"], s["clips"]) for s in rep["rows"][1]["shapes"]} == {(2, 24, 4), (2, 32, 2)}
     assert (tmp_path / "res" / "rows" / "base_s0.json").is_file()

@@ -78,7 +78,7 @@ class Trainer:
         self.hooks = hooks if hooks is not None else default_hooks(settings)
         self.state, self.parts = RunState(), None
         self._lr_factor, self._n_micro, self._shape = 1.0, 0, None   # the epoch's (multigrid: its stage's)
-        self._t_fit = time.perf_counter()   # fit() resets it: the history's wall_s count from there
+        self._t_fit, self._c_fit = time.perf_counter(), time.process_time()   # fit() resets them (history times)
 
     def setup(self) -> None:
         """Build the engine and everything around it (:func:`tsm_ds.engine.loop.build.build_engine`)."""
@@ -126,7 +126,7 @@ class Trainer:
             self.bar = tqdm(total=p.layout.total_steps, initial=st.step,
                             disable=p.layout.rank != 0 or not self.c.logging.progress,
                             desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
-            start_step, self._t_fit = st.step, time.perf_counter()
+            start_step, self._t_fit, self._c_fit = st.step, time.perf_counter(), time.process_time()
             while True:
                 try:
                     result = self._run(*position, start_step)
@@ -304,17 +304,21 @@ class Trainer:
         st, lay = self.state, self.parts.layout
         if not (last or self.hooks.validation_due(st.step, micro_i // lay.accum, self._n_micro // lay.accum)):
             return {}
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         bn_s = self._precise_bn()
         val = self.evaluate(full=last)
         if val:   # the budget over the clips this evaluation covered (the same on every rank)
             check_data_loss("val", val["lost"]["files"], val["lost"]["total"], self.c.data.max_bad_fraction,
                             step=st.step)
             # times (s, this process): since fit() began at the evaluation's start, and the evaluation's own
-            # (precise BatchNorm included): training time to here = wall_s - the earlier evaluations' eval_s
+            # (precise BatchNorm included): training time to here = wall_s - the earlier evaluations' eval_s;
+            # the same in CPU seconds of this process (cpu_s, eval_cpu_s: what other processes on the cores
+            # do not change)
             st.history.append({"epoch": epoch, "step": st.step, "val_top1": val["top1"], "val_top5": val["top5"],
                                "val_clips": val["count"], "wall_s": round(t0 - self._t_fit, 3),
-                               "eval_s": round(time.perf_counter() - t0, 3), "precise_bn_s": bn_s})
+                               "eval_s": round(time.perf_counter() - t0, 3), "precise_bn_s": bn_s,
+                               "cpu_s": round(c0 - self._c_fit, 3),
+                               "eval_cpu_s": round(time.process_time() - c0, 3)})
             self.hooks.on_metrics({"val/top1": val["top1"], "val/top5": val["top5"], "val/clips": val["count"],
                                    "val/loss": val.get("loss")}, st.step)
             if lay.rank == 0:
