@@ -94,7 +94,7 @@ class StudySettings:
             zero gamma closes every residual branch at the start, and TSM's shift lives in the
             residual branch (``blockres``): from scratch on this task, where only the order of frames
             tells the classes apart, SGD at lr 0.005 sat at chance with it (12.8 % at step 960,
-            ~17 % after 8,000) and reached 49.2 % at step 960 without it (2026-12-05 pilots,
+            19.2 % after all 9,600) and reached 49.2 % at step 960 without it (2026-12-05 pilots,
             docs/large-batch.md). The paper fine-tunes from ImageNet weights, where the trainer
             never zero-inits.
         sgd_lrs: (a)'s lrs at the base batch (3, a factor 2 apart), set after a pilot at 0.0025
