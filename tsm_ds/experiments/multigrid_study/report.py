@@ -157,8 +157,8 @@ def verdicts(rows: Sequence[Mapping[str, Any]], settings: MGSettings) -> dict[st
     base_cost = _mean([(r.get("metrics") or {}).get("cost") for r in done])
     out: dict[str, Any] = {"target_top1": target, "base_train_s": base_train, "base_train_cpu_s": base_cpu,
                            "arms": {}}
-    names = sorted({r["arm"] for r in rows if r.get("arm", "base") != "base"},
-                   key=lambda a: -float(a.split("_x")[1]))
+    names = sorted({r["arm"] for r in rows if r.get("arm", "base") != "base"}
+                   | {f"mg_x{f:g}" for f in settings.epoch_factors}, key=lambda a: -float(a.split("_x")[1]))
     for arm in names:
         runs = sorted([r for r in rows if r.get("arm") == arm], key=lambda r: r["seed"])
         v = pass_rule(base, runs, val_clips=settings.val_clips, chance=settings.chance)
