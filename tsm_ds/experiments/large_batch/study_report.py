@@ -209,7 +209,8 @@ def readme_table(rows: Sequence[dict], target: float | None) -> str:
     """Markdown for docs/large-batch.md: one line per run (recipe, batch, lr, seed order): recipe,
     kind (sweep / grid / longer / isolate), global batch, micro-batch x accumulation, seed, lr
     read back, optimizer steps (warm-up), outcome, final and best top-1 (%), and optimizer steps /
-    clips to ``target`` ("not reached"). A test keeps the guide's table equal to this function of
+    clips to ``target`` ("not reached"; "- (no target yet)" before the base has landed). A test
+    keeps the guide's table equal to this function of
     the committed ``results/large_batch/large_batch.json``."""
     lines = ["| recipe | kind | global batch | micro x accum | seed | lr | steps (warm-up) | outcome | "
              "final top-1 (%) | best top-1 (%) | steps / clips to target |",
@@ -218,7 +219,7 @@ def readme_table(rows: Sequence[dict], target: float | None) -> str:
     for r in sorted(rows, key=lambda r: (order.get(r.get("recipe"), 9), r["batch"], float(r["lr_swept"]),
                                          int(r.get("epochs_factor", 1)), float(r.get("lr_mult", 1.0)), r["seed"])):
         st, clips = time_to_accuracy(r, target)
-        tta = "not reached" if clips is None else f"{st:,} / {clips:,}"
+        tta = "- (no target yet)" if target is None else "not reached" if clips is None else f"{st:,} / {clips:,}"
         lr = "-" if r.get("lr") is None else f"{r['lr']:.4g}"
         steps = "-" if r.get("steps") is None else f"{r['steps']} ({r.get('warmup_steps')})"
         lines.append(f"| {r.get('recipe')} | {_kind(r)} | {r['batch']} | {r.get('micro_batch')} x {r.get('accum')} | "
