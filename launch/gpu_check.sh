@@ -156,7 +156,7 @@ if [ "$MODE" = dry ]; then
       --recipe-steps 2 --num-segments 2 --out "$WORK/recipes"
   skip fusedlamb "CUDA only"
   section onebit 120 "${DOCTOR[@]}" --only onebit --quick --out "$WORK/onebit"
-  gpudecode cpu 2 15
+  gpudecode cpu 2 60   # 2 s of decoding; the rest is start-up, slow on a loaded CPU (15 s timed out there)
   largebatch --dry-run 60
   skip compile "on CPU torch.compile takes minutes"
 else
