@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tsm_ds.experiments.large_batch.runs import portable, read_run, run_env, run_one, same_command
+from tsm_ds.experiments.large_batch.study import recorded_rows  # the same rows/ folder layout
 
 from .plan import (
     MGSettings,
@@ -34,17 +35,6 @@ __all__ = ["recorded_rows", "run_study", "write_report", "publish", "REPORT_NAME
 
 #: the report's files in the output folder (and in ``--results-dir``)
 REPORT_NAMES = ("multigrid.json", "multigrid.md")
-
-
-def recorded_rows(out: Path) -> list[dict]:
-    """Every row recorded in ``<out>/rows/``, by name (unreadable files skipped)."""
-    rows = []
-    for p in sorted((Path(out) / "rows").glob("*.json")):
-        try:
-            rows.append(json.loads(p.read_text()))
-        except ValueError:
-            continue
-    return rows
 
 
 def _history(run_dir: Path) -> list[dict]:
