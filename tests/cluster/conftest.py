@@ -38,10 +38,30 @@ def cluster():
     except harness.HarnessError as e:
         unavailable(str(e))
     print(f"\ncluster harness up in {time.monotonic() - t0:.1f} s under {root}")
+    _seed_ops_cache(c)
     yield c
     c.down(check=True)
 
 
+
+
+def _seed_ops_cache(c) -> None:
+    """Copy the CPU comm op DeepSpeed built on this machine (``launch/run_tests.sh`` builds it before
+    the tests) into each node's private /tmp, where the node's ranks look for it
+    (:func:`tsm_ds.utils.node.ops_cache_dir`). A real node builds it once, at its first launch; here
+    that build took 70-90 s of the first hostfile launch (both nodes compiling on 2 cores), and the
+    build is not what these tests are about. Nothing is copied when the op is not built or its cache
+    does not lie under /tmp (the nodes then see it at its place)."""
+    import os
+
+    from tsm_ds.utils.node import ops_cache_dir
+
+    src = Path(ops_cache_dir(os.environ))
+    if not (src / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").is_file() or not src.is_relative_to("/tmp"):
+        return
+    for node in harness.NODES:
+        shutil.copytree(src / "deepspeed_shm_comm", c.root / "nodes" / node / "tmp" / src.relative_to("/tmp")
+                        / "deepspeed_shm_comm", dirs_exist_ok=True, ignore=shutil.ignore_patterns("lock"))
 
 
 @pytest.fixture
