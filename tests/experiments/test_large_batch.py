@@ -273,7 +273,9 @@ def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
     from tsm_ds.cli.bench_large_batch import main
 
     out = tmp_path / "lb"
-    assert main(["--quick", "--out-dir", str(out)]) == 0, capsys.readouterr().err
+    # two runs at a time, one thread each, as on the project's 2-core machine (the pool's path too)
+    assert main(["--quick", "--out-dir", str(out), "--parallel", "2", "--threads", "1"]) == 0, \
+        capsys.readouterr().err
     rep = json.loads((out / "large_batch.json").read_text())
     rows = {r["name"]: r for r in rep["rows"]}
     lr = rep["chosen"]["sgd"]["lr"]
