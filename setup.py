@@ -42,5 +42,5 @@ setup(
         # S3-compatible server of the tests (README "Shards")
         "shards": ["litdata==0.2.76", "boto3==1.44.8", "moto[server]==5.2.5"],
     },
-    entry_points={"console_scripts": ["tsm-ds=tsm_ds.cli:main"]},
+    entry_points={"console_scripts": ["tsm-ds=tsm_ds.cli:run"]},
 )

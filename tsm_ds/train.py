@@ -19,4 +19,5 @@ from tsm_ds.cli.train import build_parser, main  # noqa: E402
 __all__ = ["build_parser", "main"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tsm_ds.cli.process_exit import exit_process
+    exit_process(main())

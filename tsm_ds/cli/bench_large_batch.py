@@ -90,4 +90,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tsm_ds.cli.process_exit import exit_process
+    exit_process(main())

@@ -350,4 +350,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tsm_ds.cli.process_exit import exit_process
+    exit_process(main())

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from tsm_ds.config import Config, parse
 from tsm_ds.config.commands import MODELS
@@ -36,4 +35,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tsm_ds.cli.process_exit import exit_process
+    exit_process(main())

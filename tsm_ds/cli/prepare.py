@@ -236,4 +236,5 @@ def _write_shards(out_root: str, rows: list[dict], shard_mb: float, classes, spl
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tsm_ds.cli.process_exit import exit_process
+    exit_process(main())

@@ -470,4 +470,5 @@ def add_rank_log_file(run_dir: Path, rank: int) -> Path:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tsm_ds.cli.process_exit import exit_process
+    exit_process(main())
