@@ -18,16 +18,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
-
-from tsm_ds.utils.node import free_port
+from worker_launch import launch_worker  # tests/engine on sys.path (the test's folder)
 
 REPO = Path(__file__).resolve().parents[2]
 N_CLIPS, GLOBAL, SEED = 24, 4, 3   # 24 clips, 4 per step: 6 steps per epoch at every world size
@@ -289,22 +286,8 @@ def _rank_main(spec: dict) -> None:
 
 # ---------------------------------------------------------------- end to end (test side)
 def _launch(world: int | None, spec: dict, log: Path) -> str:
-    """``world`` ranks under the deepspeed launcher; None: a plain ``python`` process (a world of one)."""
-    bindir = Path(sys.executable).parent
-    port = free_port()
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO),
-               PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    cmd = ([str(bindir / "deepspeed"), "--num_gpus", str(world), "--master_port", str(port)] if world
-           else [sys.executable]) + [__file__, "--spec", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=300)
-    finally:   # DeepSpeed's CPU all-reduce buffer (69 MB per rank) of this port, if a rank left it
-        for f in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
-            f.unlink(missing_ok=True)
-    log.write_text(p.stdout)
-    assert p.returncode == 0, p.stdout[-5000:]
-    return p.stdout
+    """This file's rank code on ``world`` ranks (None: one plain process): :func:`worker_launch.launch_worker`."""
+    return launch_worker(__file__, world, spec, log)
 
 
 @pytest.mark.slow
