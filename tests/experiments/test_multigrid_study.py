@@ -153,12 +153,21 @@ def test_committed_multigrid_results_hold_no_absolute_path():
 @pytest.mark.slow
 def test_quick_end_to_end_through_the_trainer(tmp_path, capsys):
     """--quick: the base and one multigrid arm through tsm_ds.train; precise BatchNorm before every
-    evaluation of both; rows, report, publish; a rerun starts no run."""
+    evaluation of both; rows, report, publish; --runs takes one run (as a second process would) and
+    the next call the rest; a rerun starts no run."""
     from tsm_ds.cli.bench_multigrid import main
 
     out = tmp_path / "mg"
+    assert main(["--quick", "--out-dir", str(out), "--runs", "nope_s0"]) == 2
+    assert "--runs nope_s0: not a run of this study; its runs: base_s0, mg_x1.5_s0" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["--quick", "--out-dir", str(out), "--runs", "mg_x1.5_s0"]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (out / "rows").iterdir()) == ["mg_x1.5_s0.json"]
+    assert json.loads((out / "multigrid.json").read_text())["landed"] == 1
+    capsys.readouterr()
     assert main(["--quick", "--out-dir", str(out), "--results-dir", str(tmp_path / "res")]) == 0, \
         capsys.readouterr().err
+    assert re.findall(r"^(\S+): starting", capsys.readouterr().out, re.M) == ["base_s0"]   # the other one landed
     rep = json.loads((out / "multigrid.json").read_text())
     assert rep["landed"] == 2 and rep["complete"] and rep["verdicts"]["arms"]["mg_x1.5"]["goal"] in ("met", "missed")
     for r in rep["rows"]:

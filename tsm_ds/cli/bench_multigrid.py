@@ -76,9 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tsm_ds.experiments.multigrid_study.study import run_study
 
-    res = run_study(b.out_dir, settings, overwrite=b.overwrite, keep_checkpoints=b.keep_checkpoints,
-                    report_only=b.report_only, results_dir=b.results_dir, record=command_values(COMMAND, cfg),
-                    log=lambda s: print(s, flush=True))
+    try:
+        res = run_study(b.out_dir, settings, overwrite=b.overwrite, keep_checkpoints=b.keep_checkpoints,
+                        report_only=b.report_only, results_dir=b.results_dir, record=command_values(COMMAND, cfg),
+                        only=b.runs, log=lambda s: print(s, flush=True))
+    except ValueError as e:   # an unknown name in --runs
+        print(f"tsm-ds bench multigrid: {e}", file=sys.stderr)
+        return 2
     print("\n" + res["markdown"], flush=True)
     print(f"wrote {res['json']}, {res['md']}" + (f"; copied to {b.results_dir}" if res["published"] else ""),
           flush=True)

@@ -253,6 +253,10 @@ class BenchMultigridConfig:
     epoch_factors: tuple[float, ...] | None = opt(None, "--multigrid-epoch-factor of the multigrid arms, one arm "
                                                   "each (default 1.5,1)", parse=split_floats)
     overwrite: bool = opt(False, "rerun runs already recorded in OUT/rows/")
+    runs: tuple[str, ...] | None = opt(None, "run only these of the planned runs (comma-separated names, e.g. "
+                                       "mg_x1_s1): a second process on another core takes them while the "
+                                       "first goes on with the others; the report covers every run recorded",
+                                       parse=split_strs)
     keep_checkpoints: bool = opt(False, "keep every run's checkpoints and models")
     report_only: bool = opt(False, "run nothing: write (and with --results-dir publish) the report of the runs "
                             "recorded so far (a study in progress)")

@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from tsm_ds.experiments.large_batch.runs import portable, read_run, run_env, run_one, same_command
 from tsm_ds.experiments.large_batch.study import recorded_rows  # the same rows/ folder layout
@@ -58,7 +58,8 @@ def _complete_row(row: dict, arm, settings: MGSettings, out: Path) -> dict:
 
 def run_study(out: str | Path, settings: MGSettings = MGSettings(), *, overwrite: bool = False,
               keep_checkpoints: bool = False, report_only: bool = False, results_dir: str | Path | None = None,
-              record: Mapping[str, Any] | None = None, log: Callable[[str], Any] = print) -> dict[str, Any]:
+              record: Mapping[str, Any] | None = None, only: Collection[str] | None = None,
+              log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Generate the large-batch study's data, run every arm and seed (:func:`.plan.arms`) one after
     another, write the report after every run.
 
@@ -71,18 +72,25 @@ def run_study(out: str | Path, settings: MGSettings = MGSettings(), *, overwrite
         report_only: run nothing: the report of the rows recorded so far.
         results_dir: also copy the report and the rows there (:func:`publish`), after every run.
         record: stored as ``args`` in the JSON (the command line).
+        only: run only the runs of these names (``--runs``; None: every run): another process takes
+            the others. Two processes must not be given the same run.
         log: progress lines.
 
     Returns:
         :func:`write_report`'s payload with "published" (paths copied).
 
     Raises:
-        ValueError: settings the study cannot run (:meth:`MGSettings.check`).
+        ValueError: settings the study cannot run (:meth:`MGSettings.check`); a name in ``only`` that is
+            not a planned run.
     """
     from tsm_ds.data.synthetic import make_demo_dataset
     from tsm_ds.utils.io import atomic_write_text
 
     settings.check()
+    planned = [a.name for a in arms(settings)]
+    unknown = sorted(set(only or ()) - set(planned))
+    if unknown:
+        raise ValueError(f"--runs {','.join(unknown)}: not a run of this study; its runs: {', '.join(planned)}")
     out = Path(out).resolve()
     t0 = time.perf_counter()
     data = make_demo_dataset(out / "data", **settings.task.generator(), workers=1)
@@ -93,6 +101,8 @@ def run_study(out: str | Path, settings: MGSettings = MGSettings(), *, overwrite
         recipe = Path("recipes") / write_recipe(out, settings).name
         env = run_env(lb_settings(settings), ops_dir=out / "torch_extensions")
         for arm in arms(settings):
+            if only is not None and arm.name not in only:
+                continue
             cmd = train_command(arm, settings, recipe, rel, Path("runs"))
             cached = out / "rows" / f"{arm.name}.json"
             if not overwrite and cached.is_file():
