@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """The ``tsm-ds`` console script and ``python -m tsm_ds.cli``: :func:`main` on ``sys.argv``,
-    then the process ends with its status (:func:`tsm_ds.utils.node.exit_process`: the shutdown's
+    then the process ends with its status (:func:`tsm_ds.cli.process_exit.exit_process`: the shutdown's
     garbage collections skip the objects of torch and DeepSpeed). Never returns (SystemExit)."""
     from tsm_ds.cli.process_exit import exit_process
 
