@@ -194,3 +194,15 @@ def test_guide_and_readme_show_the_committed_report():
     pilot = json.loads((REPO / "results" / "multigrid" / "pilot.json").read_text())["step_s"]
     assert (pilot["4x32x8"]["train_s_per_step"], pilot["2x24x32"]["train_s_per_step"]) == (
         plan.COST_S["base_step"], plan.COST_S["small_step"])
+
+
+def test_isolation_run_is_the_cut_base_and_the_guide_quotes_it():
+    """results/multigrid/isolation/base_e6_s0.json is the base recipe at 6 epochs (lr steps 3.6, 4.8)
+    and docs/multigrid.md quotes its top-1, steps and training CPU seconds."""
+    row = json.loads((REPO / "results" / "multigrid" / "isolation" / "base_e6_s0.json").read_text())
+    c = parse(TRAIN, Config, row["cmd"][3:])[0]
+    assert (c.schedule.epochs, c.schedule.lr_steps, c.schedule.multigrid) == (6, [3.6, 4.8], "none")
+    assert (c.model.arch, c.model.num_segments, c.data.img_size, c.schedule.batch_size) == ("resnet18", 4, 32, 8)
+    assert row["status"] == "completed" and row["steps"] == 3840 and row["val_clips"] == 2000
+    guide = " ".join((REPO / "docs" / "multigrid.md").read_text().split())
+    assert f"**{row['val_top1']:.1f} %** on all 2,000 clips in {row['timeline'][-1]['train_cpu_s']:.0f} training CPU seconds" in guide
