@@ -21,7 +21,7 @@ import sys
 from tsm_ds.config import Config, parse
 from tsm_ds.config.fields import build_parser as build_parser_for
 from tsm_ds.config.tools import BENCH_MULTIGRID, command_values
-from tsm_ds.experiments.multigrid_study.plan import QUICK, MGSettings
+from tsm_ds.experiments.multigrid_study.plan import QUICK, MGSettings, check_runs
 
 #: the fields this command uses
 COMMAND = BENCH_MULTIGRID
@@ -71,18 +71,15 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--multigrid none: the study compares a schedule with the base; give long, short or "
                              "long+short")
         settings.check()
+        check_runs(settings, b.runs)
     except ValueError as e:
         print(f"tsm-ds bench multigrid: {e}", file=sys.stderr)
         return 2
     from tsm_ds.experiments.multigrid_study.study import run_study
 
-    try:
-        res = run_study(b.out_dir, settings, overwrite=b.overwrite, keep_checkpoints=b.keep_checkpoints,
-                        report_only=b.report_only, results_dir=b.results_dir, record=command_values(COMMAND, cfg),
-                        only=b.runs, log=lambda s: print(s, flush=True))
-    except ValueError as e:   # an unknown name in --runs
-        print(f"tsm-ds bench multigrid: {e}", file=sys.stderr)
-        return 2
+    res = run_study(b.out_dir, settings, overwrite=b.overwrite, keep_checkpoints=b.keep_checkpoints,
+                    report_only=b.report_only, results_dir=b.results_dir, record=command_values(COMMAND, cfg),
+                    only=b.runs, log=lambda s: print(s, flush=True))
     print("\n" + res["markdown"], flush=True)
     print(f"wrote {res['json']}, {res['md']}" + (f"; copied to {b.results_dir}" if res["published"] else ""),
           flush=True)

@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 from tsm_ds.experiments.large_batch.grid import QUICK as LB_QUICK
 from tsm_ds.experiments.large_batch.grid import RunSpec, StudySettings
 
-__all__ = ["MGSettings", "QUICK", "Arm", "arms", "lb_settings", "write_recipe", "train_command", "schedule_for",
+__all__ = ["MGSettings", "QUICK", "Arm", "arms", "check_runs", "lb_settings", "write_recipe", "train_command", "schedule_for",
            "step_costs", "cost_to_step", "COST_S", "estimate_seconds", "estimate_text"]
 
 
@@ -145,6 +145,18 @@ def arms(settings: MGSettings) -> list[Arm]:
         out += [Arm(f"mg_x{f:g}_s{seed}", f"mg_x{f:g}", seed, float(f)) for f in settings.epoch_factors]
     return out
 
+
+
+def check_runs(settings: MGSettings, names) -> None:
+    """``--runs``: every name must be a planned run (:func:`arms`).
+
+    Raises:
+        ValueError: an unknown name (the message lists the study's runs).
+    """
+    planned = [a.name for a in arms(settings)]
+    unknown = sorted(set(names or ()) - set(planned))
+    if unknown:
+        raise ValueError(f"--runs {','.join(unknown)}: not a run of this study; its runs: {', '.join(planned)}")
 
 def lb_settings(settings: MGSettings) -> StudySettings:
     """The large-batch study's settings that make its :func:`~tsm_ds.experiments.large_batch.runs.train_command`

@@ -22,6 +22,7 @@ from tsm_ds.experiments.large_batch.study import recorded_rows  # the same rows/
 from .plan import (
     MGSettings,
     arms,
+    check_runs,
     estimate_seconds,
     estimate_text,
     lb_settings,
@@ -87,10 +88,7 @@ def run_study(out: str | Path, settings: MGSettings = MGSettings(), *, overwrite
     from tsm_ds.utils.io import atomic_write_text
 
     settings.check()
-    planned = [a.name for a in arms(settings)]
-    unknown = sorted(set(only or ()) - set(planned))
-    if unknown:
-        raise ValueError(f"--runs {','.join(unknown)}: not a run of this study; its runs: {', '.join(planned)}")
+    check_runs(settings, only)
     out = Path(out).resolve()
     t0 = time.perf_counter()
     data = make_demo_dataset(out / "data", **settings.task.generator(), workers=1)
