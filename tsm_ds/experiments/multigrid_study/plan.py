@@ -43,8 +43,8 @@ from typing import Any, Mapping, Sequence
 from tsm_ds.experiments.large_batch.grid import QUICK as LB_QUICK
 from tsm_ds.experiments.large_batch.grid import RunSpec, StudySettings
 
-__all__ = ["MGSettings", "QUICK", "Arm", "arms", "check_runs", "lb_settings", "write_recipe", "train_command", "schedule_for",
-           "step_costs", "cost_to_step", "COST_S", "estimate_seconds", "estimate_text"]
+__all__ = ["MGSettings", "QUICK", "Arm", "arms", "check_runs", "lb_settings", "write_recipe", "train_command",
+           "schedule_for", "step_costs", "cost_to_step", "COST_S", "estimate_seconds", "estimate_text"]
 
 
 @dataclass(frozen=True)
