@@ -24,7 +24,7 @@ from tsm_ds.experiments.large_batch import (
     read_run,
     warmup_steps_for,
 )
-from tsm_ds.experiments.large_batch.grid import estimate_seconds, estimate_text, run_seconds
+from tsm_ds.experiments.large_batch.grid import STAGES, estimate_seconds, estimate_text, run_seconds
 from tsm_ds.experiments.large_batch.study_report import (
     binomial_se,
     calibration,
@@ -128,6 +128,68 @@ def test_stages_and_the_lr_every_run_resolves_to(tmp_path):
     # LAMB at 256 from its swept lr at 256: the square-root rule's factor is 1 there
     assert load_config(sweeps[3].recipe_file)["tsm_ds"]["lr_scaling"] == {"rule": "sqrt", "base_lr": 0.005,
                                                                           "base_batch": 256}
+
+
+def _stage_harness(parallel, wait_for_b=False, fail=None):
+    """run_stages over fake stages (sgd_sweep: a; sweeps: b, c; sgd_grid: d; seeds: e): the events
+    in order, what had happened when each stage was planned, the stages reported done."""
+    import threading
+
+    from tsm_ds.experiments.large_batch.grid import RunSpec
+    from tsm_ds.experiments.large_batch.study import run_stages
+
+    plans = {"sgd_sweep": ["a"], "sweeps": ["b", "c"], "sgd_grid": ["d"], "seeds": ["e"]}
+    events, planned, done, lock, b_started = [], {}, [], threading.Lock(), threading.Event()
+
+    def plan(st):
+        with lock:
+            planned[st] = list(events)
+        return [RunSpec(n, "sgd", "r.json", 8, 0, 0.01, st) for n in plans.get(st, [])]
+
+    def run(x):
+        with lock:
+            events.append(("start", x.name))
+        if x.name == "b":
+            b_started.set()
+        if x.name == "a" and wait_for_b:
+            assert b_started.wait(30), "b (sweeps) never started beside a (sgd_sweep)"
+        if x.name == fail:
+            raise RuntimeError(f"run {fail} broke")
+        with lock:
+            events.append(("end", x.name))
+        return {"name": x.name}
+
+    run_stages(plan, run, parallel=parallel, stage_done=done.append, log=lambda m: None)
+    return events, planned, done
+
+
+def test_run_stages_runs_independent_stages_side_by_side():
+    events, planned, done = _stage_harness(parallel=2, wait_for_b=True)
+    assert sorted(n for e, n in events if e == "start") == ["a", "b", "c", "d", "e"]   # each once
+    assert events.index(("start", "b")) < events.index(("end", "a"))   # the sweeps beside SGD's sweep
+    assert ("end", "a") in planned["sgd_grid"] and ("end", "a") in planned["headroom"]   # after their need
+    assert {("end", n) for n in "abcd"} <= set(planned["seeds"])
+    assert planned["sweeps"] == [] and planned["sgd_sweep"] == []
+    assert sorted(done) == ["seeds", "sgd_grid", "sgd_sweep", "sweeps"]   # stages with runs only
+    assert set(planned) == set(STAGES)
+
+
+def test_run_stages_one_at_a_time_keeps_the_stage_order():
+    events, _, done = _stage_harness(parallel=1)
+    assert [n for e, n in events if e == "start"] == ["a", "d", "b", "c", "e"]   # STAGES order
+    assert [n for e, n in events] == ["a", "a", "d", "d", "b", "b", "c", "c", "e", "e"]   # one at a time
+    assert done == ["sgd_sweep", "sgd_grid", "sweeps", "seeds"]
+
+
+def test_run_stages_raises_a_runs_error_and_refuses_bad_arguments():
+    from tsm_ds.experiments.large_batch.study import run_stages
+
+    with pytest.raises(RuntimeError, match="run c broke"):
+        _stage_harness(parallel=2, fail="c")
+    with pytest.raises(ValueError, match="parallel 0"):
+        run_stages(lambda st: [], lambda x: {}, parallel=0)
+    with pytest.raises(ValueError, match="need stages that are not run"):
+        run_stages(lambda st: [], lambda x: {}, parallel=1, stages=("sgd_grid",))
 
 
 def test_run_commands_hold_the_regime(tmp_path):

@@ -2,7 +2,8 @@
 paper's regime? (:mod:`tsm_ds.experiments.large_batch`)
 
 Trains TSM on the motion demo data (preset ``hard``) at global batches 8 / 64 / 256 with three
-recipes ((a) SGD with the linear rule, (b) LARS, (c) LAMB), stage after stage, every run
+recipes ((a) SGD with the linear rule, (b) LARS, (c) LAMB), each stage once the stages it reads have
+ended (:func:`tsm_ds.experiments.large_batch.study.run_stages`), every run
 ``python -m tsm_ds.train``; writes ``large_batch.json`` / ``.md`` / ``.png`` into ``--out-dir``
 after every stage (and with ``--results-dir`` copies them and ``rows/`` into a tracked folder).
 Options: :data:`tsm_ds.config.tools.BENCH_LARGE_BATCH`.

@@ -435,7 +435,8 @@ BENCH_LARGE_BATCH = Command(
                  "LAMB (lrs swept at the largest batch); 3 lrs a factor 2 apart each, 2 seeds for (a) at 8 and 256.\n"
                  "Verdict per recipe: final top-1 at 256 within max(1 point, 2 SE) of the base's, no seed diverged or\n"
                  "at chance; time to 95% of the base's top-1 for every run; the base's 2x-longer run (near\n"
-                 "convergence?). Runs one stage after another, each row written when its run ends (a rerun skips\n"
+                 "convergence?). Each stage starts once the stages it reads have ended (with --parallel 2, the LARS /\n"
+                 "LAMB sweeps beside SGD's); each row is written when its run ends (a rerun skips\n"
                  "recorded rows); --report-only reports (and with --results-dir publishes) a study in progress. Every\n"
                  "run is ``python -m tsm_ds.train``, started in --out-dir."),
     epilog="--micro-batch-size: clips per micro-batch at the base batch (default 8; --quick: 2). "

@@ -42,8 +42,8 @@ from typing import Any, Mapping, Sequence
 
 from tsm_ds.data.synthetic.presets import DIFFICULTIES
 
-__all__ = ["RECIPES", "Recipe", "StudySettings", "QUICK", "RunSpec", "STAGES", "plan_stage", "write_recipe",
-           "warmup_steps_for", "COST_S", "run_seconds", "estimate_seconds", "estimate_text", "lr_tag"]
+__all__ = ["RECIPES", "Recipe", "StudySettings", "QUICK", "RunSpec", "STAGES", "STAGE_NEEDS", "plan_stage",
+           "write_recipe", "warmup_steps_for", "COST_S", "run_seconds", "estimate_seconds", "estimate_text", "lr_tag"]
 
 
 @dataclass(frozen=True)
@@ -281,6 +281,14 @@ def warmup_steps_for(settings: StudySettings, batch: int, epochs_factor: int = 1
 
 #: the study's stages in run order (see the module docstring)
 STAGES = ("sgd_sweep", "sgd_grid", "sweeps", "headroom", "middle", "seeds", "isolate")
+
+#: the stages whose rows each stage's plan reads: it is planned once they have all ended, and may
+#: run beside the stages it does not need (the LARS / LAMB sweeps beside SGD's; ``--parallel``).
+#: ``sgd_grid`` / ``headroom`` / ``middle``: SGD's chosen lr; ``seeds``: the (b) / (c) one-seed
+#: verdicts (their sweeps and (a)'s two base seeds); ``isolate``: (a)'s verdict.
+STAGE_NEEDS = {"sgd_sweep": (), "sgd_grid": ("sgd_sweep",), "sweeps": (), "headroom": ("sgd_sweep",),
+               "middle": ("sgd_sweep",), "seeds": ("sgd_sweep", "sgd_grid", "sweeps"),
+               "isolate": ("sgd_sweep", "sgd_grid")}
 
 
 @dataclass(frozen=True)

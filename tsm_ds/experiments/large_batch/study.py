@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .grid import RECIPES, STAGES, RunSpec, StudySettings, estimate_seconds, estimate_text, plan_stage
+from .grid import RECIPES, STAGE_NEEDS, STAGES, RunSpec, StudySettings, estimate_seconds, estimate_text, plan_stage
 from .runs import portable, read_run, run_env, run_one, same_command, train_command
 from .study_report import (
     TARGET_FRACTION,
@@ -28,7 +28,7 @@ from .study_report import (
     verdicts,
 )
 
-__all__ = ["run_study", "write_report", "publish", "recorded_rows", "chosen_lrs", "plan_all"]
+__all__ = ["run_study", "run_stages", "write_report", "publish", "recorded_rows", "chosen_lrs", "plan_all"]
 
 
 def recorded_rows(out: Path) -> list[dict]:
@@ -71,7 +71,7 @@ def plan_all(settings: StudySettings, out: Path, rows: Sequence[dict], recipes: 
 
 
 def _runner(settings: StudySettings, data: Mapping[str, Any], out: Path, env: Mapping[str, str], *,
-            overwrite: bool, keep_checkpoints: bool, log: Callable[[str], Any]) -> Callable[[Sequence[RunSpec]], list]:
+            overwrite: bool, keep_checkpoints: bool, log: Callable[[str], Any]) -> Callable[[RunSpec], dict]:
     from tsm_ds.utils.io import atomic_write_text
 
     rows_dir, run_root = out / "rows", Path("runs")
@@ -98,19 +98,74 @@ def _runner(settings: StudySettings, data: Mapping[str, Any], out: Path, env: Ma
             f"{row['micro_batch']} x {row['accum']}, lr {row['lr']}, {row['wall_s']:.0f} s)")
         return row
 
-    def run_many(specs: Sequence[RunSpec]) -> list[dict]:
-        with ThreadPoolExecutor(max_workers=settings.parallel) as pool:
-            return list(pool.map(one, specs))
+    return one
 
-    return run_many
+
+def run_stages(plan: Callable[[str], Sequence[RunSpec]], run: Callable[[RunSpec], dict], *, parallel: int,
+               stage_done: Callable[[str], Any] = lambda stage: None, log: Callable[[str], Any] = print,
+               stages: Sequence[str] = STAGES, needs: Mapping[str, Sequence[str]] = STAGE_NEEDS) -> None:
+    """Run the study's stages on ``parallel`` workers, each stage planned as soon as the stages it
+    needs (:data:`.grid.STAGE_NEEDS`) have ended, so that independent stages share the workers: on
+    2 cores the LARS / LAMB sweeps run beside the last SGD sweep run instead of after it. Runs
+    start in :data:`.grid.STAGES` order among the stages planned; with ``parallel`` 1 that is the
+    stages one after another, in that order.
+
+    Args:
+        plan: a stage's runs, from the rows recorded when it is called (``plan_all`` filtered).
+        run: one run (returns its row; records it).
+        parallel: runs at a time (>= 1).
+        stage_done: called with a stage's name once all its runs have ended (the report); not
+            for a stage planned with no run.
+        log: progress lines ("stage NAME: N run(s): ...").
+
+    Raises:
+        ValueError: ``parallel`` < 1, or a stage needs one that is not in ``stages``.
+        Exception: whatever ``run`` raised (the runs already started end first).
+    """
+    if parallel < 1:
+        raise ValueError(f"parallel {parallel}: need >= 1")
+    missing = {s: d for s in stages for d in needs.get(s, ()) if d not in stages}
+    if missing:
+        raise ValueError(f"stages {missing} need stages that are not run")
+    queued: dict[str, list[RunSpec]] = {}
+    had_runs: set[str] = set()
+    running: dict[Future, str] = {}
+    ended: set[str] = set()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        while True:
+            changed = True
+            while changed:   # plan every stage that became ready; end every planned stage with no run left
+                changed = False
+                for st in stages:
+                    if st not in queued and all(d in ended for d in needs.get(st, ())):
+                        queued[st] = list(plan(st))
+                        if queued[st]:
+                            had_runs.add(st)
+                            log(f"stage {st}: {len(queued[st])} run(s): {', '.join(x.name for x in queued[st])}")
+                        changed = True
+                    if st in queued and st not in ended and not queued[st] and st not in running.values():
+                        ended.add(st)
+                        if st in had_runs:
+                            stage_done(st)
+                        changed = True
+            for st in stages:   # fill the free workers in stage order
+                while st in queued and queued[st] and len(running) < parallel:
+                    running[pool.submit(run, queued[st].pop(0))] = st
+            if not running:
+                return
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for f in done:
+                running.pop(f)
+                f.result()
 
 
 def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
               recipes: Sequence[str] = tuple(RECIPES), overwrite: bool = False, keep_checkpoints: bool = False,
               report_only: bool = False, results_dir: str | Path | None = None,
               record: Mapping[str, Any] | None = None, log: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Generate the demo data, run the stages in order (each stage planned from the rows recorded
-    so far: the sweeps choose the lrs of the later stages), write the report after every stage.
+    """Generate the demo data, run the stages (:func:`run_stages`: each stage planned from the rows
+    recorded once the stages it needs have ended: the sweeps choose the lrs of the later stages),
+    write the report after every stage.
 
     Args:
         out: output folder: ``data/``, ``recipes/`` (the engine JSONs), ``runs/``, ``logs/``,
@@ -149,13 +204,10 @@ def run_study(out: str | Path, settings: StudySettings = StudySettings(), *,
         f"estimate: {estimate_text(s, recipes)}")
     if not report_only:
         env = run_env(s, ops_dir=out / "torch_extensions")
-        run_many = _runner(s, rel, out, env, overwrite=overwrite, keep_checkpoints=keep_checkpoints, log=log)
-        for stage in STAGES:
-            specs = [x for x in plan_all(s, out, recorded_rows(out), recipes) if x.stage == stage]
-            if specs:
-                log(f"stage {stage}: {len(specs)} run(s): {', '.join(x.name for x in specs)}")
-                run_many(specs)
-                write_report(out, s, recipes, data=rel, record=record, t0=t0)
+        one = _runner(s, rel, out, env, overwrite=overwrite, keep_checkpoints=keep_checkpoints, log=log)
+        run_stages(lambda st: [x for x in plan_all(s, out, recorded_rows(out), recipes) if x.stage == st], one,
+                   parallel=s.parallel, log=log,
+                   stage_done=lambda st: write_report(out, s, recipes, data=rel, record=record, t0=t0))
     res = write_report(out, s, recipes, data=rel, record=record, t0=t0)
     res["published"] = publish(out, results_dir) if results_dir else []
     return res
