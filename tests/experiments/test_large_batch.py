@@ -290,6 +290,11 @@ def test_verdicts_calibration_time_to_accuracy_and_tables():
     chosen = {"sgd": choose_lr([r for r in rows if r["role"] == "sweep" and r["recipe"] == "sgd"])[0],
               "lamb": 0.02, "lars": None}
     assert chosen["sgd"] == 0.005
+    assert choose_lr(rows[:3])[1] == "highest final top-1 (86.0%) of 3 lrs (0.0025, 0.005, 0.01)"   # inside
+    lr, why = choose_lr(rows[1:3])
+    assert lr == 0.005 and why.endswith("; the smallest lr tried: a smaller one was not run")
+    assert choose_lr(rows[7:9])[1].endswith("; the largest lr tried: a larger one was not run")
+    assert choose_lr(rows[8:9])[1] == "highest final top-1 (80.0%) of 1 lrs (0.02)"
     v = verdicts(rows, chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5)
     assert v["sgd"]["base_mean"] == 87.0 and v["sgd"]["mean"] == 85.5 and v["sgd"]["verdict"] == "pass"
     assert v["lamb"]["verdict"] == "fail" and v["lars"]["verdict"] == "pending"

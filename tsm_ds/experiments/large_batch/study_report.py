@@ -53,13 +53,19 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 def choose_lr(rows: Sequence[dict]) -> tuple[float | None, str]:
     """The lr of a sweep: the highest final top-1 among its completed runs (ties: the smaller lr).
-    Returns (lr, why); (None, why) when no run completed."""
+    Returns (lr, why); (None, why) when no run completed. ``why`` also says when the chosen lr is
+    the smallest or largest tried: the best lr may then lie outside the sweep (not claimed otherwise)."""
     done = [r for r in rows if r.get("status") == "completed" and r.get("val_top1") is not None]
     if not done:
         return None, f"no run of the sweep completed ({len(rows)} recorded)"
     best = max(done, key=lambda r: (float(r["val_top1"]), -float(r["lr_swept"])))
     tried = ", ".join(f"{_lr(r):g}" for r in sorted(rows, key=_lr))
-    return float(best["lr_swept"]), f"highest final top-1 ({best['val_top1']:.1f}%) of {len(rows)} lrs ({tried})"
+    lr, lrs = float(best["lr_swept"]), [_lr(r) for r in rows]
+    edge = ""
+    if len(set(lrs)) > 1 and lr in (min(lrs), max(lrs)):
+        side = "smallest" if lr == min(lrs) else "largest"
+        edge = f"; the {side} lr tried: {'a smaller' if side == 'smallest' else 'a larger'} one was not run"
+    return lr, f"highest final top-1 ({best['val_top1']:.1f}%) of {len(rows)} lrs ({tried}){edge}"
 
 
 def _lr(r: dict) -> float:
