@@ -295,9 +295,27 @@ def test_verdicts_calibration_time_to_accuracy_and_tables():
     assert lr == 0.005 and why.endswith("; the smallest lr tried: a smaller one was not run")
     assert choose_lr(rows[7:9])[1].endswith("; the largest lr tried: a larger one was not run")
     assert choose_lr(rows[8:9])[1] == "highest final top-1 (80.0%) of 1 lrs (0.02)"
-    v = verdicts(rows, chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5)
+    v = verdicts(rows, chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1))
     assert v["sgd"]["base_mean"] == 87.0 and v["sgd"]["mean"] == 85.5 and v["sgd"]["verdict"] == "pass"
     assert v["lamb"]["verdict"] == "fail" and v["lars"]["verdict"] == "pending"
+    assert v["sgd"]["missing"] == [] and v["lamb"]["missing"] == []   # a failing (b) / (c) needs one seed
+    # a verdict waits for the seeds the study plans: (a)'s second seed at 256, the base's second seed
+    part = verdicts(rows[:3] + rows[4:6], chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5,
+                    seeds=(0, 1))
+    assert part["sgd"]["provisional"] == "pass" and part["sgd"]["verdict"] == "pending"
+    assert part["sgd"]["missing"] == ["base seed 1", "seed 1 at 256"]
+    assert part["sgd"]["text"].startswith("pending: waits for base seed 1, seed 1 at 256 (so far pass: 85.0% ")
+    # (b) / (c): a pass on one seed waits for the second; a diverged seed fails at once
+    lamb_ok = [*rows[:7], _row("lamb", 256, 0, 87.5, lr=0.02, role="sweep")]
+    w = verdicts(lamb_ok, chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1))
+    assert (w["lamb"]["provisional"], w["lamb"]["verdict"], w["lamb"]["missing"]) == ("pass", "pending",
+                                                                                     ["seed 1 at 256"])
+    lamb_ok.append(_row("lamb", 256, 1, 86.5, lr=0.02))
+    w = verdicts(lamb_ok, chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1))
+    assert w["lamb"]["verdict"] == "pass" and w["lamb"]["mean"] == 87.0
+    bad = [*rows[:4], _row("sgd", 256, 0, None, status="diverged", step=7)]
+    w = verdicts(bad, chosen, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1))
+    assert w["sgd"]["verdict"] == "fail" and w["sgd"]["missing"] == ["seed 1 at 256"]
     c = calibration(rows, 0.005, base_batch=8, headroom=2)
     assert (c["base_mean"], c["longer_top1"], c["gap"], c["solved"], c["converged"], c["passed"]) == (
         87.0, 88.5, 2.5, False, True, True)

@@ -61,8 +61,8 @@ def plan_all(settings: StudySettings, out: Path, rows: Sequence[dict], recipes: 
     far, and the conditional ones whose condition holds), in stage order."""
     ch = {k: v["lr"] for k, v in chosen_lrs(rows, settings, recipes).items()}
     v = verdicts(rows, ch, base_batch=settings.base_batch, largest=settings.largest, val_clips=settings.val_clips,
-                 chance=100.0 / len(settings.classes), recipes=recipes)
-    one = [rc for rc in ("lars", "lamb") if rc in v and v[rc]["verdict"] == "pass" and len(v[rc]["seeds"]) == 1]
+                 chance=100.0 / len(settings.classes), recipes=recipes, seeds=settings.seeds)
+    one = [rc for rc in ("lars", "lamb") if rc in v and v[rc]["provisional"] == "pass" and len(v[rc]["seeds"]) == 1]
     failed = "sgd" in v and v["sgd"]["verdict"] == "fail"
     specs: list[RunSpec] = []
     for st in STAGES:
@@ -237,7 +237,7 @@ def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, 
     ch = chosen_lrs(rows, s, recipes)
     lrs = {k: v["lr"] for k, v in ch.items()}
     v = verdicts(rows, lrs, base_batch=s.base_batch, largest=s.largest, val_clips=s.val_clips, chance=chance,
-                 recipes=recipes)
+                 recipes=recipes, seeds=s.seeds)
     base_top1 = v["sgd"]["base_mean"] if "sgd" in v else None
     target = None if base_top1 is None else TARGET_FRACTION * base_top1
     calib = calibration(rows, lrs.get("sgd"), base_batch=s.base_batch, headroom=s.headroom)

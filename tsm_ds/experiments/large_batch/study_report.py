@@ -153,15 +153,33 @@ def time_to_accuracy(row: dict, target: float | None) -> tuple[int | None, int |
 
 
 def verdicts(rows: Sequence[dict], chosen: dict[str, float | None], *, base_batch: int, largest: int,
-             val_clips: int, chance: float, recipes: Sequence[str] = tuple(RECIPES)) -> dict[str, dict]:
+             val_clips: int, chance: float, recipes: Sequence[str] = tuple(RECIPES),
+             seeds: Sequence[int] = (0,)) -> dict[str, dict]:
     """Per recipe, :func:`pass_rule` of its chosen lr at ``largest`` against (a) at ``base_batch``
-    (chosen lr, every seed), plus "recipe", "label", "lr" (chosen), "seeds_at_largest"."""
+    (chosen lr, every seed), plus "recipe", "label", "lr" (chosen), "provisional" (the rule on the
+    rows landed so far) and "missing" (the seeds it still waits for).
+
+    A verdict is final only on the seeds the study plans: the base's and (a)'s at ``largest`` are
+    every one of ``seeds``; (b)'s / (c)'s the first, and every one when the first passes (the study
+    then runs the others: stage ``seeds``). Until then it is "pending" and its text says what it
+    waits for and what the rows say so far; a diverged, failed or at-chance seed is a final "fail" at
+    once (no later seed can undo it).
+    """
     base = [r for r in select(rows, "sgd", base_batch, chosen.get("sgd")) if r.get("role") != "headroom"]
+    missing_base = [s for s in seeds if s not in {r["seed"] for r in base}]
     out = {}
     for rc in recipes:
         runs = select(rows, rc, largest, chosen.get(rc))
         v = pass_rule(base, runs, val_clips=val_clips, chance=chance)
-        out[rc] = {"recipe": rc, "label": RECIPES[rc].label, "lr": chosen.get(rc), **v}
+        have = {r["seed"] for r in runs}
+        want = list(seeds) if rc == "sgd" or (v["verdict"] == "pass" and have) else list(seeds[:1])
+        missing = [f"base seed {s}" for s in missing_base] + [f"seed {s} at {largest}" for s in want if s not in have]
+        provisional = v["verdict"]
+        if provisional != "pending" and missing and not (v["broken"] or v["at_chance"]):
+            v["verdict"] = "pending"
+            v["text"] = f"pending: waits for {', '.join(missing)} (so far {v['text']})"
+        out[rc] = {"recipe": rc, "label": RECIPES[rc].label, "lr": chosen.get(rc), **v,
+                   "provisional": provisional, "missing": missing}
     return out
 
 
