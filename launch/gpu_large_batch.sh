@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The large-batch study on one GPU: the hard demo task to a global batch of 4,096 in ~10 minutes.
+# The large-batch study's GPU version (5 runs, fixed lrs): the hard demo task to a global batch of 4,096 within 10 minutes.
 #
 #   bash launch/gpu_large_batch.sh --out "$OUT"             # THERE (one GPU): the grid, ~7 min by its estimate
-#   bash launch/gpu_large_batch.sh --smoke --out "$OUT"     # the <= 60 s box of launch/gpu_check.sh
+#   bash launch/gpu_large_batch.sh --smoke --out "$OUT"     # launch/gpu_check.sh's 35 s box (~30 s by its estimate)
 #   bash launch/gpu_large_batch.sh --plan-only --workers 16 # the plan and the printed estimate, run nothing
 #   bash launch/gpu_large_batch.sh --dry-run --out DIR      # on CPU: the same code at tiny sizes (the tests)
 #

@@ -132,7 +132,7 @@ def test_multi_node_without_a_hostfile_says_how_to_give_one():
     ("launch/run_tests.sh", "The test command"),
     ("launch/setup.sh", "Create ./.venv and install tsm_ds"),
     ("launch/gpu_check.sh", "The GPU proof"),
-    ("launch/gpu_large_batch.sh", "The large-batch study on one GPU"),
+    ("launch/gpu_large_batch.sh", "The large-batch study's GPU version"),
     ("launch/cluster/install.sh", "Install the system packages of the cluster tests"),
 ])
 def test_every_script_help_prints_its_usage_and_exits_0(script, first_line, tmp_path):

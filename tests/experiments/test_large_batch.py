@@ -280,6 +280,36 @@ def test_pass_rule_numbers():
     assert pass_rule(base, [], val_clips=2000, chance=12.5)["verdict"] == "pending"
 
 
+def test_second_seed_stays_planned_and_a_crashed_run_is_not_an_outcome(tmp_path):
+    """plan_all plans (b)/(c)'s second seed from the first seed's verdict, before and after it lands (its
+    row stays in the report); a run recorded as failed (a crash) leaves a verdict pending, not failed."""
+    from tsm_ds.experiments.large_batch.study import plan_all
+
+    s = StudySettings()
+    rows = [_row("sgd", 8, 0, 93.0, role="sweep"), _row("sgd", 8, 0, 91.0, role="sweep", lr=0.01),
+            _row("sgd", 8, 0, 83.0, role="sweep", lr=0.02), _row("sgd", 8, 1, 92.6),
+            _row("sgd", 256, 0, 92.0), _row("sgd", 256, 1, 92.4),
+            _row("lamb", 256, 0, 92.5, role="sweep"), _row("lamb", 256, 0, 80.0, role="sweep", lr=0.01),
+            _row("lamb", 256, 0, 70.0, role="sweep", lr=0.02)]
+    names = {x.name for x in plan_all(s, tmp_path, rows, ["sgd", "lamb"])}
+    assert "lamb_lr0.005_b256_s1" in names and not any(n.endswith("_halflr") for n in names)
+    rows.append(_row("lamb", 256, 1, 88.0))   # the second seed lands (mean 90.25; the seeds' spread widens the SE)
+    assert "lamb_lr0.005_b256_s1" in {x.name for x in plan_all(s, tmp_path, rows, ["sgd", "lamb"])}
+    v = verdicts(rows, {"sgd": 0.005, "lamb": 0.005}, base_batch=8, largest=256, val_clips=2000, chance=12.5,
+                 seeds=(0, 1))
+    assert (v["lamb"]["first_seed"], v["lamb"]["verdict"], v["lamb"]["missing"]) == ("pass", "pass", [])
+    assert v["lamb"]["seeds"] == [0, 1] and v["lamb"]["mean"] == 90.25 and v["lamb"]["tolerance"] > 4.0
+    crashed = [*rows[:5], _row("sgd", 256, 1, None, status="failed")]
+    v = verdicts(crashed, {"sgd": 0.005}, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1),
+                 recipes=["sgd"])
+    assert v["sgd"]["verdict"] == "pending" and v["sgd"]["missing"] == ["seed 1 at 256 (failed: rerun)"]
+    crashed = [*rows[:3], _row("sgd", 8, 1, None, status="failed"), *rows[4:6]]
+    v = verdicts(crashed, {"sgd": 0.005}, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1),
+                 recipes=["sgd"])
+    assert v["sgd"]["verdict"] == "pending" and v["sgd"]["missing"] == ["base seed 1 (failed: rerun)"]
+    assert v["sgd"]["base_mean"] == 93.0   # the crashed seed is not in the base
+
+
 def test_verdicts_calibration_time_to_accuracy_and_tables():
     rows = [_row("sgd", 8, 0, 84.0, role="sweep", lr=0.0025), _row("sgd", 8, 0, 86.0, role="sweep"),
             _row("sgd", 8, 0, 85.0, role="sweep", lr=0.01), _row("sgd", 8, 1, 88.0),

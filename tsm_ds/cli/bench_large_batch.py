@@ -9,7 +9,7 @@ after every stage (and with ``--results-dir`` copies them and ``rows/`` into a t
 Options: :data:`tsm_ds.config.tools.BENCH_LARGE_BATCH`.
 
     tsm-ds bench large-batch --quick --out-dir /tmp/lb     # plumbing only
-    nohup nice -n 5 tsm-ds bench large-batch --out-dir bench_out/large_batch_v2 &   # the study (resumable)
+    nohup nice -n 5 tsm-ds bench large-batch --out-dir bench_out/large_batch_v2 --parallel 2 &   # the study, resumable
     tsm-ds bench large-batch --report-only --out-dir bench_out/large_batch_v2 --results-dir results/large_batch
 """
 from __future__ import annotations

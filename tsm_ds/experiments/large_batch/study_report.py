@@ -157,29 +157,42 @@ def verdicts(rows: Sequence[dict], chosen: dict[str, float | None], *, base_batc
              seeds: Sequence[int] = (0,)) -> dict[str, dict]:
     """Per recipe, :func:`pass_rule` of its chosen lr at ``largest`` against (a) at ``base_batch``
     (chosen lr, every seed), plus "recipe", "label", "lr" (chosen), "provisional" (the rule on the
-    rows landed so far) and "missing" (the seeds it still waits for).
+    rows landed so far), "first_seed" (the rule on the first seed at ``largest`` alone, against the
+    whole base: what decides a second seed for (b) / (c)) and "missing" (what it still waits for).
 
     A verdict is final only on the seeds the study plans: the base's and (a)'s at ``largest`` are
     every one of ``seeds``; (b)'s / (c)'s the first, and every one when the first passes (the study
     then runs the others: stage ``seeds``). Until then it is "pending" and its text says what it
-    waits for and what the rows say so far; a diverged, failed or at-chance seed is a final "fail" at
-    once (no later seed can undo it).
+    waits for and what the rows say so far; a diverged or at-chance seed is a final "fail" at once
+    (no later seed can undo it). A run recorded as "failed" (it crashed: no outcome of training; a
+    rerun of the study runs it again) counts as not landed.
     """
-    base = [r for r in select(rows, "sgd", base_batch, chosen.get("sgd")) if r.get("role") != "headroom"]
-    missing_base = [s for s in seeds if s not in {r["seed"] for r in base}]
+    def landed(rs: Sequence[dict]) -> list[dict]:
+        return [r for r in rs if r.get("status") != "failed"]
+
+    every_base = [r for r in select(rows, "sgd", base_batch, chosen.get("sgd")) if r.get("role") != "headroom"]
+    base = landed(every_base)
+    crashed = [f"base seed {r['seed']} (failed: rerun)" for r in every_base if r.get("status") == "failed"]
+    missing_base = [f"base seed {s}" for s in seeds if s not in {r["seed"] for r in every_base}]
     out = {}
     for rc in recipes:
-        runs = select(rows, rc, largest, chosen.get(rc))
+        every = select(rows, rc, largest, chosen.get(rc))
+        runs = landed(every)
         v = pass_rule(base, runs, val_clips=val_clips, chance=chance)
+        first = pass_rule(base, [r for r in runs if r["seed"] == seeds[0]], val_clips=val_clips,
+                          chance=chance)["verdict"]
+        want = list(seeds) if rc == "sgd" or (first == "pass" and not missing_base and not crashed) \
+            else list(seeds[:1])
         have = {r["seed"] for r in runs}
-        want = list(seeds) if rc == "sgd" or (v["verdict"] == "pass" and have) else list(seeds[:1])
-        missing = [f"base seed {s}" for s in missing_base] + [f"seed {s} at {largest}" for s in want if s not in have]
+        missing = missing_base + crashed + [
+            f"seed {s} at {largest}" + (" (failed: rerun)" if s in {r["seed"] for r in every} else "")
+            for s in want if s not in have]
         provisional = v["verdict"]
         if provisional != "pending" and missing and not (v["broken"] or v["at_chance"]):
             v["verdict"] = "pending"
             v["text"] = f"pending: waits for {', '.join(missing)} (so far {v['text']})"
         out[rc] = {"recipe": rc, "label": RECIPES[rc].label, "lr": chosen.get(rc), **v,
-                   "provisional": provisional, "missing": missing}
+                   "provisional": provisional, "first_seed": first, "missing": missing}
     return out
 
 
