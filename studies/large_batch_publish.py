@@ -39,6 +39,20 @@ def guide_block(rep: dict) -> str:
         readme_table(rep["rows"], rep["target_top1"]), END])
 
 
+ROW = "| large batch in the paper's regime"
+
+
+def readme_row(rep: dict) -> str:
+    """The README's results row: the status and the verdicts (:func:`headline`) of the committed report."""
+    from tsm_ds.experiments.large_batch.study_report import headline
+
+    b = rep["settings"]["batches"]
+    return (f"{ROW}, synthetic task, batch {b[0]} -> {b[-1]} ({b[-1] // b[0]}x, 300 steps at {b[-1]}) | "
+            f"**{status_text(rep)}**: {headline(rep['verdicts'], b[0], b[-1])}; the 2026-12-02 verdict (50 steps "
+            "at 512) is withdrawn | 2026-12-05, `tsm-ds bench large-batch` | "
+            "[large batch](docs/large-batch.md#results) |")
+
+
 def status_text(rep: dict) -> str:
     """``study in progress: N of M runs`` or ``study complete: N runs``."""
     if rep["complete"]:
@@ -57,6 +71,8 @@ def sync(rep: dict) -> list[Path]:
                                                                     None)):
         body = body if body is not None else path.read_text()
         body = STATUS.sub(lambda m: (m.group(1) or "") + status_text(rep) + (m.group(3) or ""), body)
+        if path.name == "README.md" and path.parent == REPO:
+            body = "\n".join(readme_row(rep) if ln.startswith(ROW) else ln for ln in body.split("\n"))
         if body != path.read_text():
             path.write_text(body)
             changed.append(path)

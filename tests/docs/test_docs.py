@@ -395,6 +395,12 @@ def test_readme_large_batch_row_is_the_committed_report():
         assert f"study complete: {rep['landed']} runs" in row
     else:
         assert f"study in progress: {rep['landed']} of {rep['planned_total']} runs" in row
+    from tsm_ds.experiments.large_batch.study_report import headline
+
+    b = rep["settings"]["batches"]
+    assert headline(rep["verdicts"], b[0], b[-1]) in row
+    for rc, d in rep["verdicts"].items():   # every verdict the report holds, pass / fail / pending
+        assert ("pending" if d["verdict"] == "pending" else "passes" if d["verdict"] == "pass" else "fails") in row
 
 
 # ---- the blocks the tests run ---------------------------------------------------------------------

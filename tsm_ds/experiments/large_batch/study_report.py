@@ -27,7 +27,7 @@ from .grid import RECIPES
 
 __all__ = ["MIN_TOLERANCE", "TARGET_FRACTION", "CHANCE_MARGIN", "SOLVED_TOP1", "CONVERGENCE_GAP", "binomial_se",
            "choose_lr", "select", "pass_rule", "time_to_accuracy", "verdicts", "calibration", "readme_table",
-           "verdict_table", "sweep_table", "plot_study"]
+           "verdict_table", "sweep_table", "plot_study", "headline"]
 
 #: the smallest tolerance (top-1 points) of the pass rule
 MIN_TOLERANCE = 1.0
@@ -263,6 +263,22 @@ def readme_table(rows: Sequence[dict], target: float | None) -> str:
                      f"{r['seed']} | {lr} | {steps} | {_outcome(r)} | {_pct(r.get('val_top1'))} | "
                      f"{_pct(r.get('best_val_top1'))} | {tta} |")
     return "\n".join(lines) + "\n"
+
+
+def headline(v: dict[str, dict], base_batch: int, largest: int) -> str:
+    """One sentence of the verdicts for the README's results row (a test keeps the row equal to it):
+    per recipe "(x) NAME passes / fails at Kx: M % vs the base's B % (S seeds)" or "(x) NAME pending"."""
+    short = {"sgd": "(a) SGD, linear rule + 5-epoch warm-up (the paper's)", "lars": "(b) LARS", "lamb": "(c) LAMB"}
+    parts = []
+    for rc, d in v.items():
+        name = short.get(rc, rc)
+        if d["verdict"] == "pending" or d["mean"] is None:
+            parts.append(f"{name}: pending")
+            continue
+        n = len(d["seeds"])
+        parts.append(f"{name} {'passes' if d['verdict'] == 'pass' else 'fails'} at {largest // base_batch}x: "
+                     f"{d['mean']:.1f} % vs the base's {d['base_mean']:.1f} % ({n} seed{'s' if n > 1 else ''})")
+    return "; ".join(parts)
 
 
 def verdict_table(v: dict[str, dict], largest: int) -> str:
