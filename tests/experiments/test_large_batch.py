@@ -308,6 +308,9 @@ def test_second_seed_stays_planned_and_a_crashed_run_is_not_an_outcome(tmp_path)
                  recipes=["sgd"])
     assert v["sgd"]["verdict"] == "pending" and v["sgd"]["missing"] == ["base seed 1 (failed: rerun)"]
     assert v["sgd"]["base_mean"] == 93.0   # the crashed seed is not in the base
+    assert v["sgd"]["base_complete"] is False
+    lamb_only = [r for r in rows if r["recipe"] == "lamb" or (r["batch"] == 8 and r["seed"] == 0)]
+    assert "lamb_lr0.005_b256_s1" not in {x.name for x in plan_all(s, tmp_path, lamb_only, ["sgd", "lamb"])}
 
 
 def test_verdicts_calibration_time_to_accuracy_and_tables():

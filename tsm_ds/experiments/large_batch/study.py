@@ -62,8 +62,7 @@ def plan_all(settings: StudySettings, out: Path, rows: Sequence[dict], recipes: 
     ch = {k: v["lr"] for k, v in chosen_lrs(rows, settings, recipes).items()}
     v = verdicts(rows, ch, base_batch=settings.base_batch, largest=settings.largest, val_clips=settings.val_clips,
                  chance=100.0 / len(settings.classes), recipes=recipes, seeds=settings.seeds)
-    base_in = "sgd" not in v or not any(m.startswith("base seed") for m in v["sgd"]["missing"])
-    one = [rc for rc in ("lars", "lamb") if rc in v and v[rc]["first_seed"] == "pass" and base_in]
+    one = [rc for rc in ("lars", "lamb") if rc in v and v[rc]["first_seed"] == "pass" and v[rc]["base_complete"]]
     failed = "sgd" in v and v["sgd"]["verdict"] == "fail"
     specs: list[RunSpec] = []
     for st in STAGES:

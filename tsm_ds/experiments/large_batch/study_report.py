@@ -158,7 +158,8 @@ def verdicts(rows: Sequence[dict], chosen: dict[str, float | None], *, base_batc
     """Per recipe, :func:`pass_rule` of its chosen lr at ``largest`` against (a) at ``base_batch``
     (chosen lr, every seed), plus "recipe", "label", "lr" (chosen), "provisional" (the rule on the
     rows landed so far), "first_seed" (the rule on the first seed at ``largest`` alone, against the
-    whole base: what decides a second seed for (b) / (c)) and "missing" (what it still waits for).
+    whole base: what decides a second seed for (b) / (c)), "base_complete" (every planned base seed
+    landed, none crashed: the same for every recipe) and "missing" (what it still waits for).
 
     A verdict is final only on the seeds the study plans: the base's and (a)'s at ``largest`` are
     every one of ``seeds``; (b)'s / (c)'s the first, and every one when the first passes (the study
@@ -174,6 +175,7 @@ def verdicts(rows: Sequence[dict], chosen: dict[str, float | None], *, base_batc
     base = landed(every_base)
     crashed = [f"base seed {r['seed']} (failed: rerun)" for r in every_base if r.get("status") == "failed"]
     missing_base = [f"base seed {s}" for s in seeds if s not in {r["seed"] for r in every_base}]
+    base_complete = not missing_base and not crashed
     out = {}
     for rc in recipes:
         every = select(rows, rc, largest, chosen.get(rc))
@@ -181,7 +183,7 @@ def verdicts(rows: Sequence[dict], chosen: dict[str, float | None], *, base_batc
         v = pass_rule(base, runs, val_clips=val_clips, chance=chance)
         first = pass_rule(base, [r for r in runs if r["seed"] == seeds[0]], val_clips=val_clips,
                           chance=chance)["verdict"]
-        want = list(seeds) if rc == "sgd" or (first == "pass" and not missing_base and not crashed) \
+        want = list(seeds) if rc == "sgd" or (first == "pass" and base_complete) \
             else list(seeds[:1])
         have = {r["seed"] for r in runs}
         missing = missing_base + crashed + [
@@ -192,7 +194,8 @@ def verdicts(rows: Sequence[dict], chosen: dict[str, float | None], *, base_batc
             v["verdict"] = "pending"
             v["text"] = f"pending: waits for {', '.join(missing)} (so far {v['text']})"
         out[rc] = {"recipe": rc, "label": RECIPES[rc].label, "lr": chosen.get(rc), **v,
-                   "provisional": provisional, "first_seed": first, "missing": missing}
+                   "provisional": provisional, "first_seed": first, "base_complete": base_complete,
+                   "missing": missing}
     return out
 
 
