@@ -33,7 +33,7 @@ def guide_block(rep: dict) -> str:
         f"Lrs chosen: {chosen}.", "", f"Calibration: {rep['calibration']['text']}.", "",
         f"Verdicts at batch {largest} (pass: final top-1 within max(1 point, 2 SE) of the base's, no seed "
         "diverged or at chance; \"pending\": a run it needs has not landed):", "",
-        verdict_table(rep["verdicts"], largest),
+        verdict_table(rep["verdicts"], largest), *([rep["isolation"]["text"], ""] if rep["isolation"]["text"] else []),
         f"Every run (time-to-accuracy target {tgt} = 95 % of the base's final top-1; intermediate "
         "evaluations score 500 clips, the last one all 2,000):", "",
         readme_table(rep["rows"], rep["target_top1"]), END])

@@ -29,6 +29,7 @@ from tsm_ds.experiments.large_batch.study_report import (
     binomial_se,
     calibration,
     choose_lr,
+    isolation,
     readme_table,
     time_to_accuracy,
     verdict_table,
@@ -436,6 +437,10 @@ def test_large_batch_guide_shows_the_committed_report():
     assert rep["version"] == 2 and rep["regime"]["ok"]
     assert readme_table(rep["rows"], rep["target_top1"]) in guide
     assert verdict_table(rep["verdicts"], rep["settings"]["batches"][-1]) in guide
+    st = rep["settings"]
+    assert isolation(rep["rows"], rep["verdicts"]["sgd"], rep["chosen"]["sgd"]["lr"], base_batch=st["batches"][0],
+                     largest=st["batches"][-1], headroom=st["headroom"]) == rep["isolation"]
+    assert rep["isolation"]["text"] in guide
     if not rep["complete"]:
         status = f"study in progress: {rep['landed']} of {rep['planned_total']} runs"
         assert status in guide and status in (REPO / "README.md").read_text()
@@ -543,3 +548,33 @@ def test_gpu_grid_fits_ten_minutes_by_its_estimate_and_runs_on_the_cpu(tmp_path,
         kwargs_of(["--smoke"])
     assert cli(["--smoke"]) == 2 and cli([f"out={tmp_path / 'c'}", "plan_only=1", "workers=16", "mode=smoke"]) == 0
     # the loop itself: --dry-run inside launch/gpu_check.sh --dry-run (tests/cli/test_doctor_cli.py, slow)
+
+
+def test_isolation_reads_the_runs_against_the_failed_verdict():
+    """(a)'s isolation runs, one change each at the largest batch, against (a)'s tolerance of the base: half
+    the lr inside (a)'s seeds does not close the gap; twice the epochs within the tolerance closes it and is also
+    read against the base's 2x longer run; one above both seeds but short of the base recovers part of it."""
+    rows = [_row("sgd", 8, 0, 93.5), _row("sgd", 8, 1, 93.8), _row("sgd", 8, 0, 95.3, role="headroom", factor=2),
+            _row("sgd", 256, 0, 91.3), _row("sgd", 256, 1, 88.3)]
+    v = verdicts(rows, {"sgd": 0.005}, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1),
+                 recipes=["sgd"])["sgd"]
+    assert v["verdict"] == "fail" and v["tolerance"] == pytest.approx(2 * math.sqrt(0.045 / 2 + 4.5 / 2))
+    iso = isolation(rows, v, 0.005, base_batch=8, largest=256, headroom=2)
+    assert iso == {"half_lr": None, "x2": None, "text": ""}              # (a) failed, but no isolation run yet
+    half = {**_row("sgd", 256, 0, 89.2, role="isolate"), "lr_mult": 0.5, "name": "sgd_lr0.005_b256_s0_halflr"}
+    x2 = {**_row("sgd", 256, 0, 92.0, role="isolate", factor=2), "steps": 600}
+    iso = isolation([*rows, half, x2], v, 0.005, base_batch=8, largest=256, headroom=2)
+    assert iso["half_lr"]["outcome"] == "no" and "(0.08 instead of 0.16 at 256" in iso["half_lr"]["text"]
+    assert iso["x2"]["outcome"] == "closes" and iso["x2"]["vs_longer_base"] == pytest.approx(92.0 - 95.3)
+    assert "600 optimizer steps at 256" in iso["x2"]["text"] and iso["text"].startswith("Why (a) fails")
+    x2["val_top1"] = 91.5                                              # 2.15 below the base's 93.65: within 3.0
+    assert isolation([*rows, x2], v, 0.005, base_batch=8, largest=256, headroom=2)["x2"]["outcome"] == "closes"
+    x2["val_top1"] = 90.0                                              # between the seeds, 3.65 below the base
+    assert isolation([*rows, x2], v, 0.005, base_batch=8, largest=256, headroom=2)["x2"]["outcome"] == "no"
+    tight = [*rows[:3], _row("sgd", 256, 0, 88.0), _row("sgd", 256, 1, 88.4)]
+    vt = verdicts(tight, {"sgd": 0.005}, base_batch=8, largest=256, val_clips=2000, chance=12.5, seeds=(0, 1),
+                  recipes=["sgd"])["sgd"]
+    x2["val_top1"] = 89.0                                              # above both seeds, far short of the base
+    assert isolation([*tight, x2], vt, 0.005, base_batch=8, largest=256, headroom=2)["x2"]["outcome"] == "part"
+    passed = {**v, "verdict": "pass"}
+    assert isolation([*rows, half], passed, 0.005, base_batch=8, largest=256, headroom=2)["text"] == ""

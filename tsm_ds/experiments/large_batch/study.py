@@ -21,6 +21,7 @@ from .study_report import (
     TARGET_FRACTION,
     calibration,
     choose_lr,
+    isolation,
     plot_study,
     readme_table,
     sweep_table,
@@ -220,7 +221,7 @@ def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, 
 
     Returns:
         {"settings", "regime", "generator", "recipes", "data", "chance_top1", "chosen" (per recipe:
-        lr, why), "base_top1", "target_top1", "verdicts", "calibration", "rows" (every recorded
+        lr, why), "base_top1", "target_top1", "verdicts", "calibration", "isolation", "rows" (every recorded
         run of this study's plan), "planned" (run names planned now), "landed", "planned_total",
         "complete", "estimate", "run_wall_sum_s", "args", "machine", "json", "md", "png", "markdown"}.
     """
@@ -241,6 +242,8 @@ def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, 
     base_top1 = v["sgd"]["base_mean"] if "sgd" in v else None
     target = None if base_top1 is None else TARGET_FRACTION * base_top1
     calib = calibration(rows, lrs.get("sgd"), base_batch=s.base_batch, headroom=s.headroom)
+    iso = (isolation(rows, v["sgd"], lrs.get("sgd"), base_batch=s.base_batch, largest=s.largest, headroom=s.headroom)
+           if "sgd" in v else {"half_lr": None, "x2": None, "text": ""})
     landed = len(rows)
     complete = landed >= total and all(d["verdict"] != "pending" for d in v.values())
     status = ("complete" if complete else f"**study in progress: {landed} of {total} runs**")
@@ -262,7 +265,7 @@ def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, 
         "Sweeps:", "", *sweeps,
         f"Calibration: {calib['text']}.", "",
         f"Verdicts at batch {s.largest} (pass: within max(1 point, 2 SE) of the base, no seed diverged or at "
-        f"chance):", "", verdict_table(v, s.largest),
+        f"chance):", "", verdict_table(v, s.largest), *([iso["text"], ""] if iso["text"] else []),
         f"Every run (time-to-accuracy target {tgt}, {TARGET_FRACTION:.0%} of the base's final top-1):", "",
         readme_table(rows, target),
         f"{landed} of {total} planned runs recorded; {run_sum:.0f} s of run wall time; estimate for the whole "
@@ -270,7 +273,7 @@ def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, 
     payload = portable({
         "name": "large_batch", "version": 2, "settings": asdict(s), "regime": s.regime(), "generator": s.generator(),
         "recipes": list(recipes), "data": dict(data), "chance_top1": chance, "chosen": ch, "base_top1": base_top1,
-        "target_top1": target, "verdicts": v, "calibration": calib, "rows": rows,
+        "target_top1": target, "verdicts": v, "calibration": calib, "isolation": iso, "rows": rows,
         "planned": [p.name for p in planned], "landed": landed, "planned_total": total, "complete": complete,
         "status": status.replace("*", ""), "estimate": est, "run_wall_sum_s": run_sum,
         "report_s": None if t0 is None else round(time.perf_counter() - t0, 1), "args": _args(record),

@@ -27,7 +27,7 @@ from .grid import RECIPES
 
 __all__ = ["MIN_TOLERANCE", "TARGET_FRACTION", "CHANCE_MARGIN", "SOLVED_TOP1", "CONVERGENCE_GAP", "binomial_se",
            "choose_lr", "select", "pass_rule", "time_to_accuracy", "verdicts", "calibration", "readme_table",
-           "verdict_table", "sweep_table", "plot_study", "headline"]
+           "verdict_table", "sweep_table", "plot_study", "headline", "isolation"]
 
 #: the smallest tolerance (top-1 points) of the pass rule
 MIN_TOLERANCE = 1.0
@@ -224,6 +224,74 @@ def calibration(rows: Sequence[dict], sgd_lr: float | None, *, base_batch: int, 
                f"{'near convergence' if converged else 'NOT near convergence'}, wanted <= {CONVERGENCE_GAP:.0f})"))
     return {"base_mean": mean, "longer_top1": lf[0] if lf else None, "gap": gap, "solved": solved,
             "converged": converged, "passed": passed, "text": text}
+
+
+def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, base_batch: int, largest: int,
+              headroom: int) -> dict[str, Any]:
+    """What (a)'s isolation runs (stage ``isolate``: the rule's run at ``largest``, seed 0, at half its
+    lr, and at twice its epochs) say about why (a) failed, read against (a)'s own verdict.
+
+    The yardstick is (a)'s tolerance (its verdict's, which carries the spread of its seeds at
+    ``largest``): a run "closes the gap" when its final top-1 is at most that far below the base's
+    mean, "recovers part of it" when it beats every seed of (a) at the rule's lr without closing it,
+    and otherwise "does not close it". The 2x-epochs run is also read against the base's own
+    ``headroom`` x longer run (the same epochs, when ``headroom`` is 2). One seed each: a hint
+    about the cause, not a verdict.
+
+    Returns:
+        {"half_lr": {"top1", "outcome", "text"} or None, "x2": {"top1", "outcome", "vs_longer_base",
+        "text"} or None, "text" (one paragraph; "" when neither run has landed or (a) did not fail)}.
+    """
+    out: dict[str, Any] = {"half_lr": None, "x2": None, "text": ""}
+    tol, base_mean = sgd_verdict.get("tolerance"), sgd_verdict.get("base_mean")
+    if sgd_verdict.get("verdict") != "fail" or tol is None or base_mean is None:
+        return out
+    rule = _finals(select(rows, "sgd", largest, sgd_lr))
+    longer = _finals(select(rows, "sgd", base_batch, sgd_lr, epochs_factor=headroom)) if headroom else []
+
+    def judge(top1: float) -> str:
+        if top1 >= base_mean - tol:
+            return "closes"
+        return "part" if rule and top1 > max(rule) else "no"
+
+    seeds = " / ".join(f"{x:.1f}" for x in rule)
+    words = {"closes": f"closes the gap (within (a)'s tolerance of {tol:.1f} points of the base's {base_mean:.1f} %)",
+             "part": f"recovers part of the gap (above every seed of (a), {seeds} %, but more than {tol:.1f} points "
+                     f"below the base's {base_mean:.1f} %)",
+             "no": f"does not close the gap (not above every seed of (a) at the rule's lr, {seeds} %)"}
+    parts = []
+    half = _finals(select(rows, "sgd", largest, sgd_lr, lr_mult=0.5))
+    if half and sgd_lr is not None:
+        o = judge(half[0])
+        lr = sgd_lr * largest / base_batch
+        cause = ("the linear rule's lr is too high here" if o == "closes" else
+                 "a lower lr helps but does not explain the whole gap" if o == "part" else
+                 "a lower lr than the rule's does not recover it: the rule's lr is not too high")
+        t = (f"at half the rule's lr ({lr / 2:g} instead of {lr:g} at {largest}, one seed) the final top-1 is "
+             f"{half[0]:.1f} %: it {words[o]}: {cause}")
+        out["half_lr"] = {"top1": half[0], "outcome": o, "text": t}
+        parts.append(t)
+    x2 = _finals(select(rows, "sgd", largest, sgd_lr, epochs_factor=2))
+    if x2:
+        o = judge(x2[0])
+        cause = ("at the study's epochs the largest batch makes too few optimizer steps: with twice the epochs "
+                 "(twice the steps and the clips) it reaches the base's accuracy" if o == "closes" else
+                 "more steps help but do not explain the whole gap" if o == "part" else
+                 "twice the steps do not recover it: too few steps is not the cause")
+        vs = None
+        if longer and headroom == 2:
+            vs = x2[0] - longer[0]
+            cause += (f"; against the base's own 2x longer run (the same epochs, {longer[0]:.1f} %) it is "
+                      f"{vs:+.1f} points")
+        steps = next((r.get("steps") for r in select(rows, "sgd", largest, sgd_lr, epochs_factor=2)), None)
+        t = (f"at twice the epochs ({steps} optimizer steps at {largest}, one seed) the final top-1 is "
+             f"{x2[0]:.1f} %: it {words[o]}: {cause}")
+        out["x2"] = {"top1": x2[0], "outcome": o, "vs_longer_base": vs, "text": t}
+        parts.append(t)
+    if parts:
+        out["text"] = ("Why (a) fails, from its isolation runs (the rule's run at the largest batch, seed 0, "
+                       "one change each): " + "; ".join(parts) + ".")
+    return out
 
 
 def _pct(v: float | None) -> str:
