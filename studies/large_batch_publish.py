@@ -28,8 +28,9 @@ def guide_block(rep: dict) -> str:
                        for k, v in rep["chosen"].items())
     tgt = "-" if rep["target_top1"] is None else f"{rep['target_top1']:.1f} %"
     return "\n".join([
-        BEGIN, "", f"Status: **{status_text(rep)}** (the runs recorded in `results/large_batch/rows/`; "
-        "every number below is a run that has landed, and nothing is claimed for the runs still to come).", "",
+        BEGIN, "", f"Status: **{status_text(rep)}** (the runs recorded in `results/large_batch/rows/`"
+        + ("; every planned run has landed)." if rep["complete"] else "; every number below is a run that has "
+           "landed, and nothing is claimed for the runs still to come)."), "",
         f"Lrs chosen: {chosen}.", "", f"Calibration: {rep['calibration']['text']}.", "",
         f"Verdicts at batch {largest} (pass: final top-1 within max(1 point, 2 SE) of the base's, no seed "
         "diverged or at chance; \"pending\": a run it needs has not landed):", "",

@@ -266,7 +266,7 @@ def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, 
         lr = sgd_lr * largest / base_batch
         cause = ("the linear rule's lr is too high here" if o == "closes" else
                  "a lower lr helps but does not explain the whole gap" if o == "part" else
-                 "a lower lr than the rule's does not recover it: the rule's lr is not too high")
+                 "the rule's lr is not too high")
         t = (f"at half the rule's lr ({lr / 2:g} instead of {lr:g} at {largest}, one seed) the final top-1 is "
              f"{half[0]:.1f} %: it {words[o]}: {cause}")
         out["half_lr"] = {"top1": half[0], "outcome": o, "text": t}
@@ -274,10 +274,11 @@ def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, 
     x2 = _finals(select(rows, "sgd", largest, sgd_lr, epochs_factor=2))
     if x2:
         o = judge(x2[0])
-        cause = ("at the study's epochs the largest batch makes too few optimizer steps: with twice the epochs "
-                 "(twice the steps and the clips) it reaches the base's accuracy" if o == "closes" else
-                 "more steps help but do not explain the whole gap" if o == "part" else
-                 "twice the steps do not recover it: too few steps is not the cause")
+        cause = ("the study's length is too short for this recipe at the largest batch: twice the epochs (twice "
+                 "the optimizer steps and the clips: this run does not tell the two apart) reach the base's accuracy"
+                 if o == "closes" else
+                 "a longer run helps but does not explain the whole gap" if o == "part" else
+                 "a longer run does not recover it: too few steps is not the cause")
         vs = None
         if longer and headroom == 2:
             vs = x2[0] - longer[0]
