@@ -399,6 +399,9 @@ def test_readme_large_batch_row_is_the_committed_report():
 
     b = rep["settings"]["batches"]
     assert headline(rep["verdicts"], b[0], b[-1]) in row
+    for k, words in (("x2", "with twice the epochs: "), ("half_lr", "at half the lr: ")):   # (a)'s isolation runs
+        if rep["isolation"][k]:
+            assert f"{words}{rep['isolation'][k]['top1']:.1f} %" in row
     for rc, d in rep["verdicts"].items():   # every verdict the report holds, pass / fail / pending
         assert ("pending" if d["verdict"] == "pending" else "passes" if d["verdict"] == "pass" else "fails") in row
 

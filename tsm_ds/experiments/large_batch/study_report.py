@@ -380,7 +380,8 @@ def sweep_table(rows: Sequence[dict], recipe: str, batch: int, chosen: float | N
 
 
 def plot_study(rows: Sequence[dict], out: Path, *, chance: float, title: str) -> Path | None:
-    """PNG: final top-1 of every run against the global batch, one colour per recipe (x: diverged),
+    """PNG: final top-1 of every run against the global batch, one colour per recipe (x: diverged;
+    triangles: runs of more epochs than the study's),
     and the evaluation curves (top-1 against clips seen) of the chosen-lr runs; None without runs."""
     done = [r for r in rows if r.get("recipe") in RECIPES]
     if not done:
@@ -394,9 +395,12 @@ def plot_study(rows: Sequence[dict], out: Path, *, chance: float, title: str) ->
     for i, rc in enumerate(RECIPES):
         mine = [r for r in done if r["recipe"] == rc]
         color = f"C{i}"
-        xs = [r["batch"] * (1 + 0.04 * i) for r in mine if r.get("val_top1") is not None]
-        ax.scatter(xs, [r["val_top1"] for r in mine if r.get("val_top1") is not None], s=16, color=color,
-                   label=RECIPES[rc].label)
+        for longer in (False, True):        # runs of more epochs than the study's (headroom, isolation): triangles
+            pts = [r for r in mine if r.get("val_top1") is not None and (int(r.get("epochs_factor", 1)) > 1) == longer]
+            if pts or not longer:
+                ax.scatter([r["batch"] * (1 + 0.04 * i) for r in pts], [r["val_top1"] for r in pts], s=16,
+                           color=color, marker="^" if longer else "o",
+                           label=RECIPES[rc].label + (", more epochs" if longer else ""))
         for r in mine:
             if r.get("status") == "diverged":
                 ax.scatter([r["batch"]], [0], marker="x", s=60, color=color)
