@@ -32,7 +32,7 @@ def guide_block(rep: dict) -> str:
         + ("; every planned run has landed)." if rep["complete"] else "; every number below is a run that has "
            "landed, and nothing is claimed for the runs still to come)."), "",
         f"Lrs chosen: {chosen}.", "", f"Calibration: {rep['calibration']['text']}.", "",
-        f"Verdicts at batch {largest} (pass: final top-1 within max(1 point, 2 SE) of the base's, no seed "
+        f"Verdicts at batch {largest} (pass: final top-1 at most max(1 point, 2 SE) below the base's, no seed "
         "diverged or at chance; \"pending\": a run it needs has not landed):", "",
         verdict_table(rep["verdicts"], largest), *([rep["isolation"]["text"], ""] if rep["isolation"]["text"] else []),
         f"Every run (time-to-accuracy target {tgt} = 95 % of the base's final top-1; intermediate "
@@ -56,10 +56,15 @@ def readme_row(rep: dict) -> str:
 
 
 def isolation_brief(rep: dict) -> str:
-    """``; (a) at 256 with twice the epochs: 94.6 % (one seed), at half the lr: 89.2 %`` from the
+    """``; (a) at 256 with twice the epochs: 94.6 % (the base's: 95.3 %), at half the lr: 89.2 % (one
+    seed each)`` from the
     report's isolation runs ("" when none has landed)."""
     iso, largest = rep.get("isolation") or {}, rep["settings"]["batches"][-1]
-    parts = [f"with twice the epochs: {iso['x2']['top1']:.1f} %" if iso.get("x2") else "",
+    x2 = iso.get("x2") or {}
+    longer = rep["calibration"].get("longer_top1")
+    parts = [f"with twice the epochs: {x2['top1']:.1f} %" + (f" (the base's: {longer:.1f} %)" if longer and
+                                                            x2.get("vs_longer_base") is not None else "")
+             if x2 else "",
              f"at half the lr: {iso['half_lr']['top1']:.1f} %" if iso.get("half_lr") else ""]
     parts = [p for p in parts if p]
     return f"; (a) at {largest} {', '.join(parts)} (one seed each)" if parts else ""

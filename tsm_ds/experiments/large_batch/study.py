@@ -264,7 +264,7 @@ def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, 
         f"them all; evaluations every {s.eval_every} epoch before it score {s.eval_max_clips or 'all'}).", "",
         "Sweeps:", "", *sweeps,
         f"Calibration: {calib['text']}.", "",
-        f"Verdicts at batch {s.largest} (pass: within max(1 point, 2 SE) of the base, no seed diverged or at "
+        f"Verdicts at batch {s.largest} (pass: at most max(1 point, 2 SE) below the base, no seed diverged or at "
         f"chance):", "", verdict_table(v, s.largest), *([iso["text"], ""] if iso["text"] else []),
         f"Every run (time-to-accuracy target {tgt}, {TARGET_FRACTION:.0%} of the base's final top-1):", "",
         readme_table(rows, target),

@@ -217,10 +217,11 @@ def calibration(rows: Sequence[dict], sgd_lr: float | None, *, base_batch: int, 
     solved = mean is not None and mean >= SOLVED_TOP1
     converged = None if gap is None else gap <= CONVERGENCE_GAP
     passed = None if mean is None or converged is None else (not solved and converged)
-    text = (("base " + (f"{mean:.1f}%" if mean is not None else "pending")
+    seeds0 = " / ".join(f"{x:.1f}" for x in bf)
+    text = (("base " + (f"{mean:.1f}% (seeds {seeds0})" if mean is not None else "pending")
              + (f" (solved: at or above {SOLVED_TOP1:.0f}%)" if solved else "")) + "; "
             + (f"{headroom}x longer run pending" if gap is None else
-               f"{headroom}x longer run {lf[0]:.1f}% ({gap:+.1f} points: "
+               f"{headroom}x longer run (seed 0) {lf[0]:.1f}% ({gap:+.1f} points over seed 0: "
                f"{'near convergence' if converged else 'NOT near convergence'}, wanted <= {CONVERGENCE_GAP:.0f})"))
     return {"base_mean": mean, "longer_top1": lf[0] if lf else None, "gap": gap, "solved": solved,
             "converged": converged, "passed": passed, "text": text}
@@ -251,11 +252,12 @@ def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, 
 
     def judge(top1: float) -> str:
         if top1 >= base_mean - tol:
-            return "closes"
+            return "closes"   # one-sided, as the pass rule: at most ``tol`` below the base
         return "part" if rule and top1 > max(rule) else "no"
 
     seeds = " / ".join(f"{x:.1f}" for x in rule)
-    words = {"closes": f"closes the gap (within (a)'s tolerance of {tol:.1f} points of the base's {base_mean:.1f} %)",
+    words = {"closes": f"closes the gap (at most (a)'s tolerance, {tol:.1f} points, below the base's "
+                       f"{base_mean:.1f} %)",
              "part": f"recovers part of the gap (above every seed of (a), {seeds} %, but more than {tol:.1f} points "
                      f"below the base's {base_mean:.1f} %)",
              "no": f"does not close the gap (not above every seed of (a) at the rule's lr, {seeds} %)"}
@@ -266,7 +268,7 @@ def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, 
         lr = sgd_lr * largest / base_batch
         cause = ("the linear rule's lr is too high here" if o == "closes" else
                  "a lower lr helps but does not explain the whole gap" if o == "part" else
-                 "the rule's lr is not too high")
+                 "a lower lr does not recover the loss (no higher lr was tried)")
         t = (f"at half the rule's lr ({lr / 2:g} instead of {lr:g} at {largest}, one seed) the final top-1 is "
              f"{half[0]:.1f} %: it {words[o]}: {cause}")
         out["half_lr"] = {"top1": half[0], "outcome": o, "text": t}
@@ -274,8 +276,8 @@ def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, 
     x2 = _finals(select(rows, "sgd", largest, sgd_lr, epochs_factor=2))
     if x2:
         o = judge(x2[0])
-        cause = ("the study's length is too short for this recipe at the largest batch: twice the epochs (twice "
-                 "the optimizer steps and the clips: this run does not tell the two apart) reach the base's accuracy"
+        cause = ("consistent with too few steps at the study's length: twice the epochs (twice the optimizer "
+                 "steps and the clips: this run does not tell the two apart) reach the base's accuracy"
                  if o == "closes" else
                  "a longer run helps but does not explain the whole gap" if o == "part" else
                  "a longer run does not recover it: too few steps is not the cause")
@@ -339,7 +341,8 @@ def readme_table(rows: Sequence[dict], target: float | None) -> str:
 
 def headline(v: dict[str, dict], base_batch: int, largest: int) -> str:
     """One sentence of the verdicts for the README's results row (a test keeps the row equal to it):
-    per recipe "(x) NAME passes / fails at Kx: M % vs the base's B % (S seeds)" or "(x) NAME pending"."""
+    per recipe "(x) NAME passes / fails at Kx: M % (S seeds at LARGEST) vs the base's B %" or "(x) NAME
+    pending"."""
     short = {"sgd": "(a) SGD, linear rule + 5-epoch warm-up (the paper's)", "lars": "(b) LARS", "lamb": "(c) LAMB"}
     parts = []
     for rc, d in v.items():
@@ -349,7 +352,8 @@ def headline(v: dict[str, dict], base_batch: int, largest: int) -> str:
             continue
         n = len(d["seeds"])
         parts.append(f"{name} {'passes' if d['verdict'] == 'pass' else 'fails'} at {largest // base_batch}x: "
-                     f"{d['mean']:.1f} % vs the base's {d['base_mean']:.1f} % ({n} seed{'s' if n > 1 else ''})")
+                     f"{d['mean']:.1f} % ({n} seed{'s' if n > 1 else ''} at {largest}) vs the base's "
+                     f"{d['base_mean']:.1f} %")
     return "; ".join(parts)
 
 
