@@ -57,8 +57,7 @@ def readme_row(rep: dict) -> str:
 
 def isolation_brief(rep: dict) -> str:
     """``; (a) at 256 with twice the epochs: 94.6 % (the base's: 95.3 %), at half the lr: 89.2 % (one
-    seed each)`` from the
-    report's isolation runs ("" when none has landed)."""
+    seed each)`` from the report's isolation runs ("" when none has landed)."""
     iso, largest = rep.get("isolation") or {}, rep["settings"]["batches"][-1]
     x2 = iso.get("x2") or {}
     longer = rep["calibration"].get("longer_top1")

@@ -242,8 +242,8 @@ def write_report(out: Path, settings: StudySettings, recipes: Sequence[str], *, 
     base_top1 = v["sgd"]["base_mean"] if "sgd" in v else None
     target = None if base_top1 is None else TARGET_FRACTION * base_top1
     calib = calibration(rows, lrs.get("sgd"), base_batch=s.base_batch, headroom=s.headroom)
-    iso = (isolation(rows, v["sgd"], lrs.get("sgd"), base_batch=s.base_batch, largest=s.largest, headroom=s.headroom)
-           if "sgd" in v else {"half_lr": None, "x2": None, "text": ""})
+    iso = isolation(rows, v.get("sgd", {}), lrs.get("sgd"), base_batch=s.base_batch, largest=s.largest,
+                    headroom=s.headroom)    # empty unless (a) failed
     landed = len(rows)
     complete = landed >= total and all(d["verdict"] != "pending" for d in v.values())
     status = ("complete" if complete else f"**study in progress: {landed} of {total} runs**")

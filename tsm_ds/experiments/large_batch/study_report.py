@@ -273,7 +273,8 @@ def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, 
              f"{half[0]:.1f} %: it {words[o]}: {cause}")
         out["half_lr"] = {"top1": half[0], "outcome": o, "text": t}
         parts.append(t)
-    x2 = _finals(select(rows, "sgd", largest, sgd_lr, epochs_factor=2))
+    x2_rows = select(rows, "sgd", largest, sgd_lr, epochs_factor=2)
+    x2 = _finals(x2_rows)
     if x2:
         o = judge(x2[0])
         cause = ("consistent with too few steps at the study's length: twice the epochs (twice the optimizer "
@@ -286,9 +287,8 @@ def isolation(rows: Sequence[dict], sgd_verdict: dict, sgd_lr: float | None, *, 
             vs = x2[0] - longer[0]
             cause += (f"; against the base's own 2x longer run (the same epochs, {longer[0]:.1f} %) it is "
                       f"{vs:+.1f} points")
-        steps = next((r.get("steps") for r in select(rows, "sgd", largest, sgd_lr, epochs_factor=2)), None)
-        t = (f"at twice the epochs ({steps} optimizer steps at {largest}, one seed) the final top-1 is "
-             f"{x2[0]:.1f} %: it {words[o]}: {cause}")
+        t = (f"at twice the epochs ({x2_rows[0].get('steps')} optimizer steps at {largest}, one seed) the final "
+             f"top-1 is {x2[0]:.1f} %: it {words[o]}: {cause}")
         out["x2"] = {"top1": x2[0], "outcome": o, "vs_longer_base": vs, "text": t}
         parts.append(t)
     if parts:
